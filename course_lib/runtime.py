@@ -61,9 +61,18 @@ def describe_hardware() -> str:
 def setup_notebook(seed: int = 0, *, quiet: bool = False) -> torch.device:
     """Seed everything, pick the device and return it (the standard first cell).
 
+    With ``COURSE_REQUIRE_GPU=1`` (set by the GPU workflow) it raises instead
+    of falling back to the CPU.
+
     """
     seed_everything(seed)
     device = get_device()
+    if os.environ.get("COURSE_REQUIRE_GPU") == "1" and device.type != "cuda":
+        raise RuntimeError(
+            "COURSE_REQUIRE_GPU=1 but this notebook would run on the CPU "
+            f"(torch.cuda.is_available() is {torch.cuda.is_available()}). Check nvidia-smi and "
+            "that the installed PyTorch is a CUDA build, or unset COURSE_REQUIRE_GPU."
+        )
     if not quiet:
         print(f"seed={seed}, device={device} ({describe_hardware()})")
     return device

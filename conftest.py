@@ -1,0 +1,18 @@
+"""Test-suite set-up shared by unit tests, notebooks (nbval) and the book build."""
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+# Offline data: read the course's data files from ../shared/data when it is
+# there, so no test (and no notebook kernel started by one) needs the network.
+if SHARED_DATA.is_dir():
+    os.environ.setdefault("COURSE_DATA_DIR", str(SHARED_DATA))
+
+pytest_plugins = ["tests.nbcache"]
+
+# Build outputs hold executed copies of the notebooks: never collect them.
+# Notebooks under tests/ are fixtures (e.g. broken submissions), not tests.
+collect_ignore_glob = ["_build/*", ".venv/*", "tests/*.ipynb"]

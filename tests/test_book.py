@@ -1,0 +1,64 @@
+"""The website builds with warnings as errors and carries everything it loads."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from tests.conftest import ROOT
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        for chapter in part.get("chapters", []):
+            files.append(chapter["file"])
+            files.extend(s["file"] for s in chapter.get("sections", []))
+    return files
+
+
+def test_book_builds_without_warnings(book_build):
+    tail = "\n".join(book_build.log.splitlines()[-60:])
+    assert book_build.returncode == 0, f"jupyter-book build -W -n failed:\n{tail}"
+    assert "WARNING" not in book_build.log, tail
+    print(f"book build took {book_build.seconds:.1f} s")
+
+
+def test_every_toc_page_is_built(book_build):
+    for name in _toc_files():
+        page = book_build.html / f"{name}.html"
+        assert page.is_file(), f"{name} is in _toc.yml but {page} was not built"
+
+
+def test_notebook_pages_have_outputs_and_no_errors(book_build):
+    for name in _toc_files():
+        if not (ROOT / f"{name}.ipynb").exists() or name.startswith("exercises/"):
+            continue
+        html = (book_build.html / f"{name}.html").read_text()
+        assert "cell_output" in html, f"{name}: the built page shows no executed output"
+        assert "Traceback" not in html, f"{name}: the built page shows a traceback"
+
+
+def test_site_loads_nothing_from_a_cdn(book_build):
+    """The site must render offline: no script, stylesheet or font from another host."""
+    remote = re.compile(r"^(https?:)?//")
+    offenders = []
+    for page in book_build.html.rglob("*.html"):
+        html = page.read_text(errors="replace")
+        for tag, url in re.findall(r'(<script\b[^>]*\bsrc="([^"]*)")', html) + re.findall(
+            r'(<link\b[^>]*\bhref="([^"]*)")', html
+        ):
+            is_asset = tag.startswith("<script") or re.search(r'rel="(stylesheet|preload)"', tag)
+            if is_asset and remote.match(url):
+                offenders.append(f"{page.relative_to(book_build.html)}: {url}")
+    assert not offenders, "pages load assets from other hosts:\n" + "\n".join(offenders[:20])
+
+
+def test_status_page_lists_every_notebook(book_build):
+    html = (book_build.html / "book" / "status.html").read_text()
+    assert "course-hardware" in html, "the hardware line is missing from the status page"
+    for name in _toc_files():
+        if (ROOT / f"{name}.ipynb").exists() and not name.startswith("exercises/"):
+            assert name.split("/")[-1] in html, f"{name} missing from the execution table"

@@ -1,0 +1,147 @@
+"""Open every page of the built site in a real headless Chromium.
+
+Checks, for each page served from localhost with no network:
+- math was typeset: MathJax left at least as many ``mjx-container`` elements
+  as the page has math spans/blocks in its HTML source;
+- no uncaught JavaScript error reached the console (allow-list below);
+- notebook pages carry the Colab launch button;
+- pages that embed widget state render the widgets.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_book import _toc_files
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+# Console messages that are harmless here. Keep each one justified.
+ALLOWED_CONSOLE = [
+    # The browser asks for /favicon.ico; the site has no favicon.
+    re.compile(r"favicon\.ico"),
+]
+
+
+@pytest.fixture(scope="module")
+def site_url(book_build):
+    if book_build.returncode != 0:
+        pytest.fail("the book did not build; see test_book.py")
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(book_build.html)
+    )
+    handler.log_message = lambda *a, **k: None  # keep the test output quiet
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        message = (
+            "Debian's chromium and chromium-driver are needed: "
+            "apt-get update && apt-get install -y chromium chromium-driver"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1280,1000",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _wait_for(driver, script: str, timeout: float = 20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = driver.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.2)
+    return driver.execute_script(script)
+
+
+def _pages() -> list[str]:
+    return _toc_files()
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_page_in_browser(browser, site_url, book_build, page):
+    source = (book_build.html / f"{page}.html").read_text()
+    math_in_source = len(re.findall(r'class="math notranslate nohighlight"', source))
+    has_widgets = "application/vnd.jupyter.widget-state+json" in source
+
+    browser.get_log("browser")  # drop messages from the previous page
+    browser.get(f"{site_url}/{page}.html")
+    _wait_for(browser, "return document.readyState === 'complete'")
+
+    if math_in_source:
+        typeset = _wait_for(
+            browser,
+            "return (window.MathJax && MathJax.startup && MathJax.startup.promise) ? "
+            f"document.querySelectorAll('mjx-container').length >= {math_in_source} : false",
+        )
+        count = browser.execute_script("return document.querySelectorAll('mjx-container').length")
+        assert typeset, (
+            f"{page}: {math_in_source} math elements in the source but {count} typeset by MathJax"
+        )
+
+    if (ROOT / f"{page}.ipynb").exists():
+        colab = browser.execute_script(
+            "return Array.from(document.querySelectorAll('a'))"
+            ".filter(a => a.href.includes('colab.research.google.com')).map(a => a.href)"
+        )
+        assert colab, f"{page}: no Colab launch button"
+        assert all(page in href for href in colab), colab
+
+    if has_widgets:
+        rendered = _wait_for(
+            browser, "return document.querySelectorAll('.jupyter-widgets, .widget-box').length"
+        )
+        assert rendered, f"{page}: the page embeds widget state but no widget was rendered"
+
+    errors = [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if entry["level"] == "SEVERE"
+        and not any(p.search(entry["message"]) for p in ALLOWED_CONSOLE)
+    ]
+    assert not errors, f"{page}: JavaScript errors:\n" + "\n".join(errors)
+
+
+def test_some_page_renders_a_widget(book_build):
+    """The widget check above must not pass vacuously: at least one page has widgets."""
+    pages = [
+        p for p in _pages() if "widget-state+json" in (book_build.html / f"{p}.html").read_text()
+    ]
+    assert pages, "no built page embeds ipywidgets state; the widget check would be vacuous"
