@@ -59,6 +59,9 @@ def test_site_loads_nothing_from_a_cdn(book_build):
 def test_status_page_lists_every_notebook(book_build):
     html = (book_build.html / "book" / "status.html").read_text()
     assert "course-hardware" in html, "the hardware line is missing from the status page"
+    assert "Hardware of the build" in html
+    heavy = html[html.index('id="heavy-notebooks"') :]
+    assert "every notebook ran within" in heavy or "<li>" in heavy, "heavy list not filled in"
     for name in _toc_files():
         if (ROOT / f"{name}.ipynb").exists() and not name.startswith("exercises/"):
             assert name.split("/")[-1] in html, f"{name} missing from the execution table"

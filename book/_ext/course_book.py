@@ -3,6 +3,9 @@
 - The ``course-hardware`` directive writes one paragraph naming the machine
   that built the book (CPU, cores, GPU, Python and PyTorch versions), so the
   execution times on the status page always come with their hardware.
+- The ``course-heavy-notebooks`` directive lists the notebooks whose last
+  execution took longer than the 60 s budget (from the same execution data
+  as MyST-NB's ``nb-exec-table``), so the status page names them itself.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -10,11 +13,12 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util.docutils import SphinxDirective
+
+BUDGET_SECONDS = 60.0
 
 
 class CourseHardware(SphinxDirective):
@@ -23,9 +27,48 @@ class CourseHardware(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from course_lib.runtime import describe_hardware
 
-        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        text = f"Built on {when} on: {describe_hardware()}."
+        text = f"Hardware of the build that executed the notebooks: {describe_hardware()}."
         return [nodes.paragraph(text=text, classes=["course-hardware"])]
+
+
+class _HeavyNotebooks(nodes.General, nodes.Element):
+    """Placeholder, replaced once every notebook's execution data is known."""
+
+
+class CourseHeavyNotebooks(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from myst_nb.ext.execution_tables import METADATA_KEY
+        from myst_nb.sphinx_ import NbMetadataCollector
+
+        # Marks this page as holding an execution table, so MyST-NB rewrites
+        # it whenever a notebook is executed again.
+        NbMetadataCollector.set_doc_data(self.env, self.env.docname, METADATA_KEY, True)
+        return [_HeavyNotebooks()]
+
+
+class _FillHeavyNotebooks(SphinxPostTransform):
+    default_priority = 8  # like MyST-NB's table: before references are resolved
+
+    def run(self, **kwargs) -> None:
+        from myst_nb.sphinx_ import NbMetadataCollector
+
+        data = NbMetadataCollector.get_doc_data(self.env)
+        heavy = []
+        for docname in sorted(data):
+            runtime = (data[docname].get("exec_data") or {}).get("runtime")
+            if runtime is not None and runtime > BUDGET_SECONDS:
+                heavy.append(f"{docname}: {runtime:.0f} s")
+        for node in self.document.findall(_HeavyNotebooks):
+            if heavy:
+                items = nodes.bullet_list()
+                for line in heavy:
+                    items += nodes.list_item("", nodes.paragraph(text=line))
+                node.replace_self(items)
+            else:
+                text = f"None: every notebook ran within {BUDGET_SECONDS:.0f} s."
+                node.replace_self(nodes.paragraph(text=text))
 
 
 def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
@@ -46,5 +89,8 @@ def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> No
 
 def setup(app: Sphinx) -> dict:
     app.add_directive("course-hardware", CourseHardware)
+    app.add_directive("course-heavy-notebooks", CourseHeavyNotebooks)
+    app.add_node(_HeavyNotebooks)
+    app.add_post_transform(_FillHeavyNotebooks)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
