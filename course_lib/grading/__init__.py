@@ -1,0 +1,27 @@
+"""Graded exercises: student self-checks, exercise generation and batch grading.
+
+In an exercise notebook, after the standard opening cells::
+
+    from course_lib.grading import checker
+
+    check = checker("ch01-lstm-cell")
+
+then ``check("q1")`` after question 1 runs its visible tests and says, per
+test, PASS or what was expected. Instructors use the command line::
+
+    python -m course_lib.grading sync [--check]
+    python -m course_lib.grading grade SUBMISSION.ipynb ... --csv gradebook.csv [--hidden DIR]
+
+Modules: :mod:`~course_lib.grading.registry` (``@test``, assignments),
+:mod:`~course_lib.grading.expect` (comparisons with messages),
+:mod:`~course_lib.grading.runner` (one test, any outcome),
+:mod:`~course_lib.grading.check` (the student's ``check``),
+:mod:`~course_lib.grading.sync` (solutions to exercises),
+:mod:`~course_lib.grading.grade` and :mod:`~course_lib.grading.worker` (batch grading).
+"""
+
+from course_lib.grading.check import check, checker
+from course_lib.grading.expect import Partial, TestFailed, fail
+from course_lib.grading.registry import test
+
+__all__ = ["check", "checker", "test", "Partial", "TestFailed", "fail"]

@@ -1,0 +1,503 @@
+"""Batch grading: every submission in its own process, one gradebook row each, always.
+
+:func:`grade_batch` reads each notebook, works out its assignment (the id in
+its metadata; else ``--assignment``; else a known id in the file name), runs
+its code cells and then the assignment's tests (visible and hidden) in a
+:mod:`~course_lib.grading.worker` process with a wall-clock timeout, a memory
+limit and a fresh temporary working folder. Whatever a submission does, it
+gets a :class:`Row` with a status and a short reason; nothing stops the batch.
+
+Statuses, from "could not run at all" to "ran":
+
+``invalid-notebook``, ``unknown-assignment``, ``wrong-assignment``
+    nothing ran, score 0;
+``timeout``, ``crashed``
+    the process was killed or died: tests not reached score 0;
+``syntax-error``, ``cell-error``, ``exit``, ``memory-limit``
+    a code cell failed (the first one is the reason); tests still ran on what
+    was defined, so what works earns its points;
+``tests-failed``, ``ok``
+    every cell ran; some tests failed (the first failure is the reason) / all passed.
+
+Rows are sorted by submission path, test columns by assignment and question,
+so the same files give the same CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.grading.notebook import NotebookError, assignment_of, code_cells, read_notebook
+from course_lib.grading.registry import (
+    Assignment,
+    hidden_tests_file,
+    known_assignments,
+    load_assignment,
+    load_hidden_tests,
+)
+from course_lib.grading.runner import HIDDEN_FAILED, HIDDEN_PASSED
+
+__all__ = ["Row", "grade_batch", "write_csv", "write_feedback", "summary"]
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+NOT_RUN = ("invalid-notebook", "unknown-assignment", "wrong-assignment")
+
+
+@dataclass
+class Row:
+    """One submission's line in the gradebook."""
+
+    submission: str
+    assignment: str
+    status: str
+    reason: str = ""
+    spec: Assignment | None = None
+    earned: dict[str, float] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return round(sum(self.earned.values()), 6)
+
+    @property
+    def max_score(self) -> float | None:
+        return self.spec.max_score if self.spec else None
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{round(x, 4):g}"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Assignments:
+    """Assignments with their hidden tests, loaded once per batch."""
+
+    def __init__(self, hidden_dir: str | Path | None) -> None:
+        self.hidden_dir = hidden_dir
+        self.known = known_assignments()
+        self._cache: dict[str, tuple[Assignment, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, assignment_id: str) -> tuple[Assignment, str | None]:
+        with self._lock:
+            return self._get(assignment_id)
+
+    def _get(self, assignment_id: str) -> tuple[Assignment, str | None]:
+        if assignment_id not in self._cache:
+            spec = load_assignment(assignment_id)
+            source = None
+            path = hidden_tests_file(self.hidden_dir, assignment_id)
+            if path is not None:
+                source = path.read_text(encoding="utf-8")
+                try:
+                    hidden = load_hidden_tests(source)
+                except Exception as err:
+                    raise SystemExit(
+                        f"error: the hidden tests in {path} do not load "
+                        f"({type(err).__name__}: {err}); fix that file and grade again"
+                    ) from None
+                spec = spec.with_hidden(hidden)
+            self._cache[assignment_id] = (spec, source)
+        return self._cache[assignment_id]
+
+    def from_file_name(self, path: Path) -> str | None:
+        name = path.name.lower().replace("_", "-")
+        matches = [a for a in self.known if a in name]
+        return max(matches, key=len) if matches else None
+
+
+def _child_env(workdir: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("COURSE_REQUIRE_GPU", None)
+    env.update(
+        COURSE_GRADING="1",
+        COURSE_DEVICE="cpu",
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        MPLBACKEND="Agg",
+        PYTHONHASHSEED="0",
+        PYTHONDONTWRITEBYTECODE="1",
+        TMPDIR=workdir,
+        PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p),
+    )
+    return env
+
+
+def _run_worker(job: dict, timeout: float) -> tuple[list[dict], int | None, bool, str]:
+    """Run one job; return (events, return code, timed out?, last stderr line)."""
+    with tempfile.TemporaryDirectory(prefix="course-grade-") as workdir:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "course_lib.grading.worker"],
+            cwd=workdir,
+            env=_child_env(workdir),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            out, err = proc.communicate()
+        _kill_group(proc.pid)  # whatever the submission left running
+    events = []
+    for line in out.decode(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    lines = err.decode(errors="replace").strip().splitlines()
+    return events, proc.returncode, timed_out, lines[-1] if lines else ""
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _finish(
+    row: Row,
+    events: list[dict],
+    returncode: int | None,
+    timed_out: bool,
+    stderr: str,
+    timeout: float,
+    memory_mb: int | None,
+) -> None:
+    spec = row.spec
+    assert spec is not None
+    by_id = {t.id: t for t in spec.tests}
+    for e in events:
+        if e.get("event") == "test" and e.get("id") in by_id:
+            t = by_id[e["id"]]
+            try:
+                fraction = min(max(float(e.get("fraction", 0.0)), 0.0), 1.0)
+            except (TypeError, ValueError):
+                fraction = 0.0
+            row.earned[t.id] = round(t.points * fraction, 6)
+            if t.hidden:
+                row.messages[t.id] = HIDDEN_PASSED if fraction >= 1.0 else HIDDEN_FAILED
+            else:
+                row.messages[t.id] = _one_line(e.get("message", ""))
+    for t in spec.tests:
+        if t.id not in row.earned:
+            row.earned[t.id] = 0.0
+            row.messages[t.id] = "not run"
+    kinds = {e.get("event") for e in events}
+    cells = [e for e in events if e.get("event") == "cell"]
+    stage = "the tests" if "cells-done" in kinds else "its code cells"
+    if timed_out:
+        row.status = "timeout"
+        row.reason = (
+            f"did not finish within {timeout:g} s, while running {stage} (an endless loop?)"
+        )
+    elif "done" not in kinds:
+        if returncode is not None and returncode < 0:
+            sig = -returncode
+            name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+            if sig == signal.SIGXCPU:
+                row.status, row.reason = "timeout", f"used up its CPU time while running {stage}"
+            else:
+                row.status = "crashed"
+                row.reason = f"the process was killed by {name} while running {stage}"
+        elif "started" not in kinds:
+            row.status = "crashed"
+            row.reason = (
+                f"the grading process failed to start: {stderr or f'exit code {returncode}'}"
+            )
+        else:
+            row.status = "crashed"
+            row.reason = (
+                f"the process exited (code {returncode}) while running {stage}; "
+                "os._exit() or a crash in native code?"
+            )
+        if "MemoryError" in stderr or "bad_alloc" in stderr:
+            row.status = "memory-limit"
+            row.reason = f"ran out of memory (limit {memory_mb} MB) while running {stage}"
+    elif cells:
+        first = cells[0]
+        row.status = str(first.get("kind", "cell-error"))
+        more = f" (and {len(cells) - 1} more failing cells)" if len(cells) > 1 else ""
+        row.reason = _one_line(first.get("reason", "")) + more
+    else:
+        failed = [t for t in spec.tests if row.earned[t.id] < t.points]
+        if not failed:
+            row.status = "ok"
+        else:
+            row.status = "tests-failed"
+            row.reason = f"{failed[0].id}: {row.messages[failed[0].id]}"
+    row.reason = _one_line(row.reason)
+
+
+def _not_run(
+    shown: str, assignment_id: str, status: str, reason: str, spec: Assignment | None
+) -> Row:
+    """A row for a submission that could not run: every test of ``spec`` (if known) scores 0."""
+    row = Row(shown, assignment_id, status, reason, spec=spec)
+    for t in spec.tests if spec else []:
+        row.earned[t.id] = 0.0
+        row.messages[t.id] = "not run"
+    return row
+
+
+def _grade_one(
+    path: Path,
+    shown: str,
+    expected: str | None,
+    book: _Assignments,
+    timeout: float,
+    memory_mb: int | None,
+) -> Row:
+    spec = book.get(expected)[0] if expected else None
+    try:
+        nb = read_notebook(path)
+    except NotebookError as err:
+        return _not_run(shown, expected or "", "invalid-notebook", str(err), spec)
+    except OSError as err:
+        reason = f"cannot read the file: {err.strerror}"
+        return _not_run(shown, expected or "", "invalid-notebook", reason, spec)
+    declared = assignment_of(nb)
+    if expected is not None and declared not in (None, expected):
+        reason = f"the notebook is for assignment {declared}, not {expected}"
+        return _not_run(shown, expected, "wrong-assignment", reason, spec)
+    assignment_id = expected or declared or book.from_file_name(path)
+    if assignment_id is None:
+        reason = (
+            "no assignment id in the notebook metadata, and none in the file name: "
+            "grade it with --assignment ID"
+        )
+        return _not_run(shown, "", "unknown-assignment", reason, None)
+    if assignment_id not in book.known:
+        reason = f"no tests for assignment {assignment_id}; known: {', '.join(book.known)}"
+        return _not_run(shown, assignment_id, "unknown-assignment", reason, None)
+    spec, hidden_source = book.get(assignment_id)
+    row = Row(shown, assignment_id, "ok", spec=spec)
+    job = {
+        "assignment": assignment_id,
+        "cells": [{"number": c.number, "source": c.source} for c in code_cells(nb)],
+        "hidden_source": hidden_source,
+        "memory_mb": memory_mb,
+        "cpu_seconds": int(timeout) + 10,
+    }
+    events, returncode, timed_out, stderr = _run_worker(job, timeout)
+    _finish(row, events, returncode, timed_out, stderr, timeout, memory_mb)
+    return row
+
+
+def grade_batch(
+    submissions: list[str | Path],
+    assignment: str | None = None,
+    hidden_dir: str | Path | None = None,
+    timeout: float = 60.0,
+    memory_mb: int | None = 2048,
+    jobs: int | None = None,
+    progress: bool = False,
+) -> list[Row]:
+    """Grade every submission; one :class:`Row` each, sorted by path.
+
+    ``assignment`` makes every submission count as that assignment (one whose
+    metadata names another gets ``wrong-assignment``). ``hidden_dir`` holds
+    ``<assignment>.py`` files of hidden tests. ``timeout`` (seconds, wall clock)
+    and ``memory_mb`` (address space) limit each submission's process;
+    ``jobs`` processes run at once (default: the number of CPU cores).
+    """
+    if hidden_dir is not None and not Path(hidden_dir).is_dir():
+        raise SystemExit(f"error: --hidden {hidden_dir}: no such folder")
+    book = _Assignments(hidden_dir)
+    if assignment is not None and assignment not in book.known:
+        raise SystemExit(
+            f"error: no tests for assignment {assignment!r}; known: {', '.join(book.known)}"
+        )
+    for aid in book.known:  # load every hidden-tests file now: a broken one stops the batch here
+        if aid == assignment or hidden_tests_file(hidden_dir, aid) is not None:
+            book.get(aid)
+    shown = sorted({os.path.normpath(str(p)) for p in submissions})
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    done = 0
+
+    def work(name: str) -> Row:
+        nonlocal done
+        row = _grade_one(Path(name), name, assignment, book, timeout, memory_mb)
+        done += 1
+        if progress:
+            print(
+                f"[{done}/{len(shown)}] {name}: {row.status} {_fmt(row.score)}/"
+                f"{_fmt(row.max_score) or '?'}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return row
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        rows = list(pool.map(work, shown))
+    return rows
+
+
+def _columns(rows: list[Row]) -> list[tuple[str, str, str]]:
+    """(column name, assignment id, test id) for every test of every assignment in the batch."""
+    specs = {r.spec.id: r.spec for r in rows if r.spec is not None}
+    prefix = len(specs) > 1
+    return [
+        ((f"{aid}/" if prefix else "") + t.id, aid, t.id)
+        for aid in sorted(specs)
+        for t in specs[aid].tests
+    ]
+
+
+def write_csv(rows: list[Row], path: str | Path) -> None:
+    """The gradebook: submission, assignment, score, max_score, status, one column per test, reason."""
+    columns = _columns(rows)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f, lineterminator="\n")
+        out.writerow(
+            [
+                "submission",
+                "assignment",
+                "score",
+                "max_score",
+                "status",
+                *(c[0] for c in columns),
+                "reason",
+            ]
+        )
+        for r in rows:
+            cells = [
+                _fmt(r.earned.get(tid, 0.0)) if r.assignment == aid and r.spec else ""
+                for _, aid, tid in columns
+            ]
+            out.writerow(
+                [
+                    r.submission,
+                    r.assignment,
+                    _fmt(r.score),
+                    _fmt(r.max_score),
+                    r.status,
+                    *cells,
+                    r.reason,
+                ]
+            )
+
+
+def write_feedback(rows: list[Row], folder: str | Path) -> list[Path]:
+    """One text file per submission, for the student: score, status and a line per test."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in rows:
+        name = re.sub(r"[^\w.-]+", "_", r.submission.removesuffix(".ipynb")).strip("_") + ".txt"
+        lines = [
+            f"Submission: {r.submission}",
+            f"Assignment: {r.assignment or '?'}",
+            f"Score: {_fmt(r.score)} / {_fmt(r.max_score) or '?'}",
+            f"Status: {r.status}" + (f" ({r.reason})" if r.reason else ""),
+            "",
+        ]
+        if r.spec is not None:
+            for t in r.spec.tests:
+                mark = "PASS" if r.earned.get(t.id, 0) >= t.points else "FAIL"
+                lines.append(f"{mark}  {t.id}  {_fmt(r.earned.get(t.id, 0))}/{_fmt(t.points)}")
+                message = r.messages.get(t.id, "")
+                if mark == "FAIL" and message:
+                    lines.append(f"      {message}")
+        path = folder / name
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def summary(rows: list[Row], seconds: float | None = None) -> str:
+    """Counts, mean score and failures by reason, as printed at the end of a batch."""
+    n = len(rows)
+    assignments = sorted({r.assignment for r in rows if r.assignment})
+    took = f" in {seconds:.1f} s" if seconds is not None else ""
+    lines = [
+        f"Graded {n} submission{'s' * (n != 1)} ({', '.join(assignments) or 'no known assignment'}){took}."
+    ]
+    scored = [r for r in rows if r.max_score]
+    if scored:
+        mean = sum(r.score for r in scored) / len(scored)
+        pct = 100 * sum(r.score / r.max_score for r in scored) / len(scored)
+        maxes = {_fmt(r.max_score) for r in scored}
+        out_of = f" / {maxes.pop()}" if len(maxes) == 1 else ""
+        lines.append(
+            f"Mean score: {mean:.2f}{out_of} ({pct:.1f}%); full marks: "
+            f"{sum(r.score >= r.max_score for r in scored)} of {n}."
+        )
+    statuses = Counter(r.status for r in rows)
+    lines.append("By status: " + ", ".join(f"{s} {k}" for s, k in sorted(statuses.items())))
+    failures = [r for r in rows if r.status != "ok"]
+    if failures:
+        lines.append("Failures by reason:")
+        for status in sorted({r.status for r in failures}):
+            these = [r for r in failures if r.status == status]
+            lines.append(f"  {status} ({len(these)}):")
+            for reason, count in sorted(
+                Counter(r.reason for r in these).items(), key=lambda x: (-x[1], x[0])
+            ):
+                names = [r.submission for r in these if r.reason == reason]
+                shown = ", ".join(names[:3]) + (
+                    f" and {len(names) - 3} more" if len(names) > 3 else ""
+                )
+                lines.append(f"    {count} x {reason}")
+                lines.append(f"        {shown}")
+    prefix = len(assignments) > 1
+    failed_tests = Counter(
+        (f"{r.assignment}/" if prefix else "") + t.id
+        for r in rows
+        if r.spec is not None and r.status not in NOT_RUN
+        for t in r.spec.tests
+        if r.earned.get(t.id, 0) < t.points
+    )
+    if failed_tests:
+        top = ", ".join(
+            f"{t} ({k})" for t, k in sorted(failed_tests.items(), key=lambda x: (-x[1], x[0]))[:5]
+        )
+        lines.append(f"Tests failed most often: {top}")
+    return "\n".join(lines)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """``python -m course_lib.grading grade``: grade, write the CSV (and feedback), summarise."""
+    start = time.perf_counter()
+    rows = grade_batch(
+        args.submissions,
+        assignment=args.assignment,
+        hidden_dir=args.hidden,
+        timeout=args.timeout,
+        memory_mb=args.memory_mb or None,
+        jobs=args.jobs,
+        progress=not args.quiet,
+    )
+    write_csv(rows, args.csv)
+    if args.feedback:
+        write_feedback(rows, args.feedback)
+    print(summary(rows, time.perf_counter() - start))
+    print(f"Gradebook: {args.csv}" + (f"; feedback in {args.feedback}/" if args.feedback else ""))
+    return 0

@@ -1,0 +1,142 @@
+"""Notebook files as plain JSON: reading, writing byte-for-byte stably, and code extraction.
+
+No dependency on ``nbformat``: notebooks are read with :mod:`json` (a file
+that does not parse is reported, not raised) and written the way nbformat
+writes them (sorted keys, one-space indent, sources split into lines, a final
+newline), so a regenerated file is identical to the previous one.
+
+:func:`code_cells` turns a submission's code cells into plain Python: IPython
+syntax (``%pip``, ``!ls``, ``%%bash``, ``x = !cmd``) is translated by
+IPython's own transformer into ``get_ipython()`` calls, which the grading
+worker answers without running anything; top-level ``check(...)`` calls
+are blanked out (they only print the student's self-check).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NotebookError",
+    "read_notebook",
+    "dumps_notebook",
+    "cell_source",
+    "assignment_of",
+    "code_cells",
+]
+
+
+class NotebookError(ValueError):
+    """The file is not a readable Jupyter notebook (the message says why)."""
+
+
+def read_notebook(path: str | Path) -> dict:
+    """The notebook at ``path`` as a dict; ``NotebookError`` when it is not one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise NotebookError("not a text file (expected a .ipynb notebook, which is JSON)") from None
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise NotebookError(f"not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise NotebookError("valid JSON but not a notebook (no list of cells)")
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or "cell_type" not in cell:
+            raise NotebookError(f"cell {i} is malformed (no cell_type)")
+    return nb
+
+
+def cell_source(cell: dict) -> str:
+    """A cell's source as one string (notebooks store it as a string or a list of lines)."""
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _split_lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def dumps_notebook(nb: dict) -> str:
+    """Serialise like nbformat: multi-line strings as lists of lines, sorted keys, indent 1."""
+    nb = json.loads(json.dumps(nb))  # a deep copy
+    for cell in nb.get("cells", []):
+        if isinstance(cell.get("source"), str):
+            cell["source"] = _split_lines(cell["source"])
+        for out in cell.get("outputs", []):
+            if isinstance(out.get("text"), str):
+                out["text"] = _split_lines(out["text"])
+            for key, value in out.get("data", {}).items():
+                if isinstance(value, str) and not key.endswith("json"):
+                    out["data"][key] = _split_lines(value)
+    return json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def assignment_of(nb: dict) -> str | None:
+    """The assignment id stored in the notebook metadata (``{"course": {"assignment": id}}``)."""
+    course = nb.get("metadata", {}).get("course", {})
+    value = course.get("assignment") if isinstance(course, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class CodeCell:
+    """A code cell ready to run: its number among the code cells (from 1) and Python source."""
+
+    number: int
+    source: str
+
+
+def _transform_ipython(source: str) -> str:
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
+        return source
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 - leave it to the compiler to report
+        return source
+
+
+def _blank_check_calls(source: str, names: tuple[str, ...] = ("check",)) -> str:
+    """Replace top-level ``check(...)`` statements by ``pass``, keeping line numbers."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    lines = source.splitlines(keepends=True)
+    calls = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id in names
+        and node.col_offset == 0
+    ]
+    others = {n.lineno for n in tree.body if n not in calls} | {
+        n.end_lineno for n in tree.body if n not in calls
+    }
+    for node in calls:
+        span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        if others.intersection(span):
+            continue  # shares a line with another statement: leave it (check is a no-op anyway)
+        for i in span:
+            lines[i - 1] = ("pass" if i == node.lineno else "") + (
+                "\n" if lines[i - 1].endswith("\n") else ""
+            )
+    return "".join(lines)
+
+
+def code_cells(nb: dict[str, Any]) -> list[CodeCell]:
+    """The notebook's code cells as runnable Python, in order."""
+    cells = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    return [
+        CodeCell(i, _blank_check_calls(_transform_ipython(cell_source(c))))
+        for i, c in enumerate(cells, start=1)
+    ]
