@@ -1,0 +1,353 @@
+"""Recurrent cells and layers written from their equations (Chapter 1).
+
+Each cell takes one time step of input ``x`` of shape ``[batch, input_size]``,
+the previous state, and four weight tensors laid out exactly like PyTorch's
+``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0`` and ``bias_hh_l0``, so the
+weights of a ``torch.nn.RNN`` / ``LSTM`` / ``GRU`` copy over unchanged and the
+tests can compare our numbers with PyTorch's.
+
+PyTorch stacks the weights of all gates in one matrix, gates in this order:
+
+* RNN:  ``weight_ih`` is ``[hidden, input]`` (a single "gate").
+* LSTM: ``[W_i | W_f | W_g | W_o]``, so ``weight_ih`` is ``[4*hidden, input]``.
+* GRU:  ``[W_r | W_z | W_n]``, so ``weight_ih`` is ``[3*hidden, input]``.
+
+A product with the concatenation ``[h_{t-1}, x_t]`` (the notation of many
+lecture notes) is the same thing split in two: ``W [h; x] = W_h h + W_x x``.
+PyTorch keeps two biases, ``b_ih`` and ``b_hh``; only their sum matters, except
+in the GRU candidate (1.10), where ``b_hn`` sits inside the reset gate.
+
+The layers :class:`RNN`, :class:`LSTM` and :class:`GRU` are single-layer,
+``batch_first`` versions of PyTorch's, with the same parameter names and shapes
+(``load_state_dict`` from ``torch.nn.LSTM(..., batch_first=True)`` works) and the
+same state shapes: ``h_0`` and ``h_n`` are ``[1, batch, hidden]`` (one layer).
+
+Equation numbers refer to Chapter 1 of the course.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "rnn_cell",
+    "lstm_cell",
+    "gru_cell",
+    "gru_cell_notes",
+    "RNN",
+    "LSTM",
+    "GRU",
+]
+
+
+# ---------------------------------------------------------------------------
+# Shape checks: every public function says what it expected and what it got.
+# ---------------------------------------------------------------------------
+
+
+def _fmt(shape: torch.Size | tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+
+
+def _expect(where: str, name: str, t: Tensor, dims: list[tuple[str, int | None]]) -> None:
+    """Raise ValueError unless ``t`` has shape ``dims`` (``None`` means any size)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    ok = t.dim() == len(dims) and all(
+        size is None or t.shape[i] == size for i, (_, size) in enumerate(dims)
+    )
+    if not ok:
+        want = ", ".join(label if size is None else f"{label}={size}" for label, size in dims)
+        raise ValueError(f"{where}: {name} must be [{want}], got {_fmt(t.shape)}")
+
+
+def _check_cell(
+    where: str,
+    gates: int,
+    x: Tensor,
+    states: list[tuple[str, Tensor]],
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None,
+    bias_hh: Tensor | None,
+) -> None:
+    """Check a cell's inputs; sizes are read from ``weight_hh`` and ``weight_ih``."""
+    g = "" if gates == 1 else f"{gates}*"
+    if weight_hh.dim() != 2 or weight_hh.shape[0] != gates * weight_hh.shape[1]:
+        raise ValueError(
+            f"{where}: weight_hh must be [{g}hidden_size, hidden_size], got {_fmt(weight_hh.shape)}"
+        )
+    hidden = weight_hh.shape[1]
+    _expect(
+        where, "weight_ih", weight_ih, [(f"{g}hidden_size", gates * hidden), ("input_size", None)]
+    )
+    for name, b in (("bias_ih", bias_ih), ("bias_hh", bias_hh)):
+        if b is not None:
+            _expect(where, name, b, [(f"{g}hidden_size", gates * hidden)])
+    _expect(where, "x", x, [("batch", None), ("input_size", weight_ih.shape[1])])
+    for name, s in states:
+        _expect(where, name, s, [("batch", x.shape[0]), ("hidden_size", hidden)])
+
+
+# ---------------------------------------------------------------------------
+# Cells: one time step.  B = batch, D = input_size, H = hidden_size.
+# ---------------------------------------------------------------------------
+
+
+def rnn_cell(
+    x: Tensor,
+    h: Tensor,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+) -> Tensor:
+    """One step of the Elman RNN with tanh, Chapter 1, eq. (1.1).
+
+    Shapes: ``x`` [B, D], ``h`` [B, H], ``weight_ih`` [H, D], ``weight_hh`` [H, H],
+    biases [H]. Returns the new hidden state [B, H].
+    """
+    _check_cell("rnn_cell", 1, x, [("h", h)], weight_ih, weight_hh, bias_ih, bias_hh)
+    # (1.1)  h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)                       [B, H]
+    return torch.tanh(F.linear(x, weight_ih, bias_ih) + F.linear(h, weight_hh, bias_hh))
+
+
+def lstm_cell(
+    x: Tensor,
+    state: tuple[Tensor, Tensor],
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One step of the LSTM, Chapter 1, eqs. (1.2)-(1.7).
+
+    Shapes: ``x`` [B, D], ``state = (h, c)`` each [B, H], ``weight_ih`` [4H, D],
+    ``weight_hh`` [4H, H], biases [4H]; gate blocks in PyTorch's order i, f, g, o.
+    Returns the new ``(h, c)``, each [B, H].
+    """
+    if not (isinstance(state, (tuple, list)) and len(state) == 2):
+        raise ValueError(f"lstm_cell: state must be a pair (h, c), got {type(state).__name__}")
+    h, c = state
+    _check_cell("lstm_cell", 4, x, [("h", h), ("c", c)], weight_ih, weight_hh, bias_ih, bias_hh)
+    # All four pre-activations at once: W_ih x_t + b_ih + W_hh h_{t-1} + b_hh   [B, 4H]
+    pre = F.linear(x, weight_ih, bias_ih) + F.linear(h, weight_hh, bias_hh)
+    a_i, a_f, a_g, a_o = pre.chunk(4, dim=-1)  # each [B, H]
+    # (1.2) input gate   i_t = sigma(W_ii x_t + b_ii + W_hi h_{t-1} + b_hi)
+    i = torch.sigmoid(a_i)
+    # (1.3) forget gate  f_t = sigma(W_if x_t + b_if + W_hf h_{t-1} + b_hf)
+    f = torch.sigmoid(a_f)
+    # (1.4) candidate    g_t = tanh(W_ig x_t + b_ig + W_hg h_{t-1} + b_hg)
+    g = torch.tanh(a_g)
+    # (1.5) output gate  o_t = sigma(W_io x_t + b_io + W_ho h_{t-1} + b_ho)
+    o = torch.sigmoid(a_o)
+    # (1.6) cell state   c_t = f_t * c_{t-1} + i_t * g_t                          [B, H]
+    c_new = f * c + i * g
+    # (1.7) hidden state h_t = o_t * tanh(c_t)                                     [B, H]
+    h_new = o * torch.tanh(c_new)
+    return h_new, c_new
+
+
+def gru_cell(
+    x: Tensor,
+    h: Tensor,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+) -> Tensor:
+    """One step of the GRU in PyTorch's convention, Chapter 1, eqs. (1.8)-(1.11).
+
+    Shapes: ``x`` [B, D], ``h`` [B, H], ``weight_ih`` [3H, D], ``weight_hh`` [3H, H],
+    biases [3H]; gate blocks in PyTorch's order r, z, n.  Returns the new h [B, H].
+
+    Two conventions differ from many lecture notes (see :func:`gru_cell_notes`):
+    ``z`` weights the *old* state in (1.11), and the reset gate multiplies
+    ``W_hn h + b_hn`` *after* the matrix product in (1.10).
+    """
+    _check_cell("gru_cell", 3, x, [("h", h)], weight_ih, weight_hh, bias_ih, bias_hh)
+    gx = F.linear(x, weight_ih, bias_ih)  # W_i* x_t + b_i*                          [B, 3H]
+    gh = F.linear(h, weight_hh, bias_hh)  # W_h* h_{t-1} + b_h*                      [B, 3H]
+    x_r, x_z, x_n = gx.chunk(3, dim=-1)  # each [B, H]
+    h_r, h_z, h_n = gh.chunk(3, dim=-1)  # each [B, H]
+    # (1.8)  reset gate   r_t = sigma(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
+    r = torch.sigmoid(x_r + h_r)
+    # (1.9)  update gate  z_t = sigma(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
+    z = torch.sigmoid(x_z + h_z)
+    # (1.10) candidate    n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))
+    n = torch.tanh(x_n + r * h_n)
+    # (1.11) new state    h_t = (1 - z_t) * n_t + z_t * h_{t-1}                     [B, H]
+    return (1 - z) * n + z * h
+
+
+def gru_cell_notes(
+    x: Tensor,
+    h: Tensor,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+) -> Tensor:
+    """The GRU as the course's lecture notes write it (biases added), Chapter 1, eq. (1.12).
+
+    Same weight layout as :func:`gru_cell` (blocks r, z, n), but
+
+    * the reset gate acts *before* the hidden matrix product:
+      ``n_t = tanh(W_in x_t + b_in + W_hn (r_t * h_{t-1}) + b_hn)`` (a different model), and
+    * ``z`` weights the *new* candidate: ``h_t = (1 - z_t) * h_{t-1} + z_t * n_t``
+      (only a relabelling: ``z`` here plays the role of ``1 - z`` in PyTorch).
+
+    Used in Chapter 1 to show which of the two differences matters.
+    """
+    _check_cell("gru_cell_notes", 3, x, [("h", h)], weight_ih, weight_hh, bias_ih, bias_hh)
+    w_hr, w_hz, w_hn = weight_hh.chunk(3, dim=0)  # each [H, H]
+    b_hr, b_hz, b_hn = (None, None, None) if bias_hh is None else bias_hh.chunk(3)  # each [H]
+    x_r, x_z, x_n = F.linear(x, weight_ih, bias_ih).chunk(3, dim=-1)  # each [B, H]
+    # reset gate   r_t = sigma(W_r [h_{t-1}, x_t] + b_r)
+    r = torch.sigmoid(x_r + F.linear(h, w_hr, b_hr))
+    # update gate  z_t = sigma(W_z [h_{t-1}, x_t] + b_z)
+    z = torch.sigmoid(x_z + F.linear(h, w_hz, b_hz))
+    # (1.12) candidate  ~h_t = tanh(W [r_t * h_{t-1}, x_t] + b): reset *before* the product
+    n = torch.tanh(x_n + F.linear(r * h, w_hn, b_hn))
+    # new state    h_t = (1 - z_t) * h_{t-1} + z_t * ~h_t: z weights the *new* candidate
+    return (1 - z) * h + z * n
+
+
+# ---------------------------------------------------------------------------
+# Layers: the cells unrolled over time, with PyTorch's parameter names.
+# ---------------------------------------------------------------------------
+
+
+class _Recurrent(nn.Module):
+    """Parameters and checks shared by :class:`RNN`, :class:`LSTM` and :class:`GRU`."""
+
+    gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        super().__init__()
+        if input_size < 1 or hidden_size < 1:
+            raise ValueError(
+                f"{type(self).__name__}: input_size and hidden_size must be >= 1, "
+                f"got {input_size} and {hidden_size}"
+            )
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        g = self.gates * hidden_size
+        # Same names and shapes as torch.nn.RNN / LSTM / GRU (layer 0).
+        self.weight_ih_l0 = nn.Parameter(torch.empty(g, input_size))  # [G*H, D]
+        self.weight_hh_l0 = nn.Parameter(torch.empty(g, hidden_size))  # [G*H, H]
+        if bias:
+            self.bias_ih_l0 = nn.Parameter(torch.empty(g))  # [G*H]
+            self.bias_hh_l0 = nn.Parameter(torch.empty(g))  # [G*H]
+        else:
+            self.register_parameter("bias_ih_l0", None)
+            self.register_parameter("bias_hh_l0", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's initialisation: every parameter uniform in [-1/sqrt(H), 1/sqrt(H)]."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def _weights(self) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        return self.weight_ih_l0, self.weight_hh_l0, self.bias_ih_l0, self.bias_hh_l0
+
+    def _check_input(self, x: Tensor) -> None:
+        _expect(
+            type(self).__name__,
+            "x",
+            x,
+            [("batch", None), ("time", None), ("input_size", self.input_size)],
+        )
+
+    def _initial(self, x: Tensor, h0: Tensor | None, name: str) -> Tensor:
+        """``h0`` as [B, H] (zeros when None), checked against PyTorch's [1, B, H]."""
+        if h0 is None:
+            return x.new_zeros(x.shape[0], self.hidden_size)
+        _expect(
+            type(self).__name__,
+            name,
+            h0,
+            [("num_layers", 1), ("batch", x.shape[0]), ("hidden_size", self.hidden_size)],
+        )
+        return h0[0]
+
+    def _stack(self, outputs: list[Tensor], x: Tensor) -> Tensor:
+        """The per-step hidden states, T tensors [B, H], as one tensor [B, T, H]."""
+        if not outputs:  # T = 0
+            return x.new_zeros(x.shape[0], 0, self.hidden_size)
+        return torch.stack(outputs, dim=1)
+
+    def extra_repr(self) -> str:
+        bias = "" if self.bias_ih_l0 is not None else ", bias=False"
+        return f"{self.input_size}, {self.hidden_size}, batch_first=True{bias}"
+
+
+class RNN(_Recurrent):
+    """Single-layer tanh RNN, batch first: :func:`rnn_cell` (1.1) applied at every step.
+
+    ``forward(x [B, T, D], h0 [1, B, H] or None) -> (outputs [B, T, H], h_n [1, B, H])``.
+    """
+
+    gates = 1
+
+    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        self._check_input(x)
+        h = self._initial(x, h0, "h0")  # [B, H]
+        outputs = []
+        for t in range(x.shape[1]):
+            h = rnn_cell(x[:, t], h, *self._weights())  # (1.1)          [B, H]
+            outputs.append(h)
+        return self._stack(outputs, x), h.unsqueeze(0)
+
+
+class LSTM(_Recurrent):
+    """Single-layer LSTM, batch first: :func:`lstm_cell` (1.2)-(1.7) at every step.
+
+    ``forward(x [B, T, D], (h0, c0) each [1, B, H], or None)
+    -> (outputs [B, T, H], (h_n, c_n) each [1, B, H])``.
+    """
+
+    gates = 4
+
+    def forward(
+        self, x: Tensor, state: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        self._check_input(x)
+        if state is None:
+            h0 = c0 = None
+        elif isinstance(state, (tuple, list)) and len(state) == 2:
+            h0, c0 = state
+        else:
+            raise ValueError(
+                f"LSTM: state must be a pair (h0, c0) or None, got {type(state).__name__}"
+            )
+        h, c = self._initial(x, h0, "h0"), self._initial(x, c0, "c0")  # [B, H] each
+        outputs = []
+        for t in range(x.shape[1]):
+            h, c = lstm_cell(x[:, t], (h, c), *self._weights())  # (1.2)-(1.7)
+            outputs.append(h)
+        return self._stack(outputs, x), (h.unsqueeze(0), c.unsqueeze(0))
+
+
+class GRU(_Recurrent):
+    """Single-layer GRU (PyTorch's convention), batch first: :func:`gru_cell` (1.8)-(1.11).
+
+    ``forward(x [B, T, D], h0 [1, B, H] or None) -> (outputs [B, T, H], h_n [1, B, H])``.
+    """
+
+    gates = 3
+
+    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        self._check_input(x)
+        h = self._initial(x, h0, "h0")  # [B, H]
+        outputs = []
+        for t in range(x.shape[1]):
+            h = gru_cell(x[:, t], h, *self._weights())  # (1.8)-(1.11)  [B, H]
+            outputs.append(h)
+        return self._stack(outputs, x), h.unsqueeze(0)
