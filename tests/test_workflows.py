@@ -64,3 +64,16 @@ def test_cpu_workflow_runs_the_readme_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install -r requirements.txt" in wf and "&& pytest" in wf
     assert "\npip install -r requirements.txt && pytest\n" in ci
+
+
+def test_pre_commit_config_is_valid():
+    """The contributors' hooks (ruff, output stripping) are a valid pre-commit config."""
+    config = ROOT / ".pre-commit-config.yaml"
+    hooks = {h["id"] for repo in yaml.safe_load(config.read_text())["repos"] for h in repo["hooks"]}
+    assert {"ruff", "ruff-format", "nbstripout"} <= hooks
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("pre-commit")), "validate-config", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
