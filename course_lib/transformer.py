@@ -1,0 +1,527 @@
+"""The Transformer: feed-forward block, encoder and decoder blocks, stacks and models (Chapter 4).
+
+Equation numbers refer to Chapter 4.  ``B`` batch, ``T`` target (or only)
+length, ``S`` source length, ``D`` model size (``d_model``), ``F`` feed-forward
+size (``d_ff``), ``V`` vocabulary.
+
+Two placements of the layer norm:
+
+* **post-norm** (the 2017 paper), eq. (4.2): ``Y = LN(X + MHA(X))``, ``Z = LN(Y + FFN(Y))``;
+* **pre-norm** (most models since), eq. (4.3): ``Y = X + MHA(LN(X))``, ``Z = Y + FFN(LN(Y))``,
+  with one more LN after the last block of a pre-norm stack (4.6).
+
+Parameter layout.  Blocks use the names of ``torch.nn.TransformerEncoderLayer``
+and ``TransformerDecoderLayer`` (``self_attn``, ``norm1``, ...; attention is
+:class:`course_lib.attention.MultiHeadAttention`, laid out like
+``nn.MultiheadAttention``), except that the feed-forward pair lives in its own
+module ``ff`` and the decoder's cross-attention is called ``cross_attn`` (torch:
+``multihead_attn``).  :func:`from_torch_state_dict` renames those keys, and
+``EncoderBlock.from_torch`` / ``DecoderBlock.from_torch`` build a block equal to
+a torch layer.
+
+Masks follow the library's convention (:mod:`course_lib.attention`): boolean
+True = may attend; padding masks are True at real tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_lib.attention import MultiHeadAttention
+
+__all__ = [
+    "FeedForward",
+    "EncoderBlock",
+    "DecoderBlock",
+    "Encoder",
+    "Decoder",
+    "EncoderDecoder",
+    "EncoderOnly",
+    "DecoderOnly",
+    "from_torch_state_dict",
+]
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+# torch.nn.Transformer*Layer name -> ours
+_TORCH_RENAMES = {
+    "linear1.": "ff.linear1.",
+    "linear2.": "ff.linear2.",
+    "multihead_attn.": "cross_attn.",
+}
+
+
+def from_torch_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A ``torch.nn.TransformerEncoderLayer`` / ``DecoderLayer`` (or stack) state dict, renamed to ours.
+
+    ``linear1`` / ``linear2`` -> ``ff.linear1`` / ``ff.linear2``; ``multihead_attn`` ->
+    ``cross_attn``; everything else keeps its name (also inside ``layers.N.``).
+    """
+    renamed = {}
+    for key, value in state.items():
+        parts = key.split(".")
+        for i in range(len(parts)):
+            tail = ".".join(parts[i:])
+            hit = next((old for old in _TORCH_RENAMES if tail.startswith(old)), None)
+            if hit is not None:
+                key = ".".join(parts[:i] + [_TORCH_RENAMES[hit] + tail[len(hit) :]])
+                break
+        renamed[key] = value
+    return renamed
+
+
+def _activation_name(layer: nn.Module) -> str:
+    act = layer.activation
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or isinstance(act, nn.GELU):
+        return "gelu"
+    raise ValueError(f"from_torch: unsupported activation {act!r}; use 'relu' or 'gelu'")
+
+
+class FeedForward(nn.Module):
+    """The position-wise feed-forward block, Chapter 4, eq. (4.1).
+
+    ``FFN(u) = W_2 phi(W_1 u + b_1) + b_2``, applied to every position alone.
+    ``linear1``: W_1 [F, D], b_1 [F]; ``linear2``: W_2 [D, F], b_2 [D];
+    ``phi`` ReLU (2017) or GELU.  ``forward(u [..., D]) -> [..., D]``.
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"FeedForward: activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}"
+            )
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff)  # W_1 [F, D]
+        self.linear2 = nn.Linear(d_ff, d_model)  # W_2 [D, F]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, u: Tensor) -> Tensor:
+        # (4.1)  W_2 phi(W_1 u + b_1) + b_2                                    [..., D]
+        return self.linear2(self.dropout(ACTIVATIONS[self.activation](self.linear1(u))))
+
+
+def _check_input(where: str, name: str, x: Tensor, d_model: int) -> None:
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{where}: {name} must be [B, T, D={d_model}], got {shape}")
+
+
+class EncoderBlock(nn.Module):
+    """One encoder block: self-attention and feed-forward, each in a residual, Chapter 4.
+
+    post-norm (``norm_first=False``), eq. (4.2):
+        ``Y = LN_1(X + MHA(X))``,  ``Z = LN_2(Y + FFN(Y))``
+    pre-norm (``norm_first=True``), eq. (4.3):
+        ``Y = X + MHA(LN_1(X))``,  ``Z = Y + FFN(LN_2(Y))``
+    (dropout on each sub-layer's output before the sum).  ``forward(x [B, T, D],
+    mask=None, key_padding_mask=None, is_causal=False) -> [B, T, D]``.  With
+    ``is_causal=True`` it is the block of a decoder-only model.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.d_model, self.norm_first = d_model, norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def _sa(self, x: Tensor, mask: Tensor | None, kpm: Tensor | None, causal: bool) -> Tensor:
+        out, _ = self.self_attn(x, mask=mask, key_padding_mask=kpm, is_causal=causal)
+        return self.dropout1(out)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        _check_input("EncoderBlock", "x", x, self.d_model)
+        if self.norm_first:  # (4.3) pre-norm
+            y = x + self._sa(self.norm1(x), mask, key_padding_mask, is_causal)
+            return y + self.dropout2(self.ff(self.norm2(y)))
+        y = self.norm1(x + self._sa(x, mask, key_padding_mask, is_causal))  # (4.2) post-norm
+        return self.norm2(y + self.dropout2(self.ff(y)))
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
+        """A block computing the same function as ``layer`` (``batch_first=True``), weights copied."""
+        if not layer.self_attn.batch_first:
+            raise ValueError("EncoderBlock.from_torch: the torch layer must use batch_first=True")
+        block = cls(
+            layer.self_attn.embed_dim,
+            layer.self_attn.num_heads,
+            layer.linear1.out_features,
+            layer.dropout.p,
+            norm_first=layer.norm_first,
+            activation=_activation_name(layer),
+            eps=layer.norm1.eps,
+        )
+        block.load_state_dict(from_torch_state_dict(layer.state_dict()))
+        return block
+
+
+class DecoderBlock(nn.Module):
+    """One decoder block: causal self-attention, cross-attention, feed-forward, Chapter 4.
+
+    post-norm, eq. (4.4):
+        ``Y = LN_1(X + MHA(X))``,  ``Y' = LN_2(Y + MHA(Y, M, M))``,  ``Z = LN_3(Y' + FFN(Y'))``
+    pre-norm, eq. (4.5):
+        ``Y = X + MHA(LN_1 X)``,  ``Y' = Y + MHA(LN_2 Y, M, M)``,  ``Z = Y' + FFN(LN_3 Y')``
+    where M is the encoder output (``memory``).  ``forward(x [B, T, D], memory [B, S, D],
+    tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_is_causal=False) -> [B, T, D]``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.d_model, self.norm_first = d_model, norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.norm3 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False,
+    ) -> Tensor:
+        _check_input("DecoderBlock", "x", x, self.d_model)
+        _check_input("DecoderBlock", "memory", memory, self.d_model)
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"DecoderBlock: memory must be [B={x.shape[0]}, S, D={self.d_model}], "
+                f"got {list(memory.shape)}"
+            )
+
+        def sa(u: Tensor) -> Tensor:
+            out, _ = self.self_attn(
+                u, mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, is_causal=tgt_is_causal
+            )
+            return self.dropout1(out)
+
+        def ca(u: Tensor) -> Tensor:
+            out, _ = self.cross_attn(
+                u, memory, memory, mask=memory_mask, key_padding_mask=memory_key_padding_mask
+            )
+            return self.dropout2(out)
+
+        if self.norm_first:  # (4.5) pre-norm
+            y = x + sa(self.norm1(x))
+            y = y + ca(self.norm2(y))
+            return y + self.dropout3(self.ff(self.norm3(y)))
+        y = self.norm1(x + sa(x))  # (4.4) post-norm
+        y = self.norm2(y + ca(y))
+        return self.norm3(y + self.dropout3(self.ff(y)))
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
+        """A block computing the same function as ``layer`` (``batch_first=True``), weights copied."""
+        if not layer.self_attn.batch_first:
+            raise ValueError("DecoderBlock.from_torch: the torch layer must use batch_first=True")
+        block = cls(
+            layer.self_attn.embed_dim,
+            layer.self_attn.num_heads,
+            layer.linear1.out_features,
+            layer.dropout.p,
+            norm_first=layer.norm_first,
+            activation=_activation_name(layer),
+            eps=layer.norm1.eps,
+        )
+        block.load_state_dict(from_torch_state_dict(layer.state_dict()))
+        return block
+
+
+class Encoder(nn.Module):
+    """A stack of ``num_layers`` :class:`EncoderBlock`, Chapter 4, eq. (4.6).
+
+    ``final_norm`` (default: ``norm_first``) adds the layer norm a pre-norm stack
+    needs after its last block; ``forward(x [B, T, D], mask, key_padding_mask,
+    is_causal) -> [B, T, D]``.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        final_norm: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderBlock(
+                d_model, num_heads, d_ff, dropout, norm_first=norm_first, activation=activation
+            )
+            for _ in range(num_layers)
+        )
+        final_norm = norm_first if final_norm is None else final_norm
+        self.norm = nn.LayerNorm(d_model) if final_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        for layer in self.layers:  # (4.6)  X_l = Block_l(X_{l-1})
+            x = layer(x, mask, key_padding_mask, is_causal)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of ``num_layers`` :class:`DecoderBlock` (eq. (4.6)); causal by default.
+
+    ``forward(x [B, T, D], memory [B, S, D], tgt_key_padding_mask=None,
+    memory_key_padding_mask=None) -> [B, T, D]``.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        final_norm: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderBlock(
+                d_model, num_heads, d_ff, dropout, norm_first=norm_first, activation=activation
+            )
+            for _ in range(num_layers)
+        )
+        final_norm = norm_first if final_norm is None else final_norm
+        self.norm = nn.LayerNorm(d_model) if final_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        causal: bool = True,
+    ) -> Tensor:
+        for layer in self.layers:
+            x = layer(
+                x,
+                memory,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=causal,
+            )
+        return x if self.norm is None else self.norm(x)
+
+
+class _Embed(nn.Module):
+    """Token embedding plus a learned absolute position embedding (Chapter 7 covers others)."""
+
+    def __init__(self, vocab: int, d_model: int, max_len: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)  # [V, D]
+        self.pos = nn.Embedding(max_len, d_model)  # [L_max, D]
+        self.max_len = max_len
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [B, T], got {list(tokens.shape)}")
+        if tokens.shape[1] > self.max_len:
+            raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len={self.max_len}")
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        return self.tok(tokens) + self.pos(positions)  # x_t = E[w_t] + P[t]     [B, T, D]
+
+
+class EncoderDecoder(nn.Module):
+    """The encoder-decoder Transformer (the 2017 family), Chapter 4.
+
+    Built for Chapter 1's toy task: ``num_symbols`` output classes, and the target
+    embedding has one more row for ``BOS = num_symbols``, exactly like
+    :class:`course_lib.seq2seq.Seq2Seq`, so ``seq2seq_loss``, ``evaluate`` and
+    ``training.train`` work unchanged.
+
+    ``forward(src [B, S], tgt_in [B, T]) -> logits [B, T, V]`` (teacher forcing,
+    causal decoder); ``greedy_decode(src, length) -> [B, length]``.
+    """
+
+    def __init__(
+        self,
+        num_symbols: int,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int = 128,
+        dropout: float = 0.0,
+        *,
+        max_len: int = 128,
+        norm_first: bool = True,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        self.num_symbols, self.bos = num_symbols, num_symbols
+        kw = dict(norm_first=norm_first, activation=activation)
+        self.src_embed = _Embed(num_symbols, d_model, max_len)
+        self.tgt_embed = _Embed(num_symbols + 1, d_model, max_len)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, **kw)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, **kw)
+        self.out = nn.Linear(d_model, num_symbols)  # [V, D]
+
+    def encode(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
+        """The memory [B, S, D]: every source position, seen by every other (no mask)."""
+        return self.encoder(self.src_embed(src), key_padding_mask=src_key_padding_mask)
+
+    def decode(
+        self, tgt_in: Tensor, memory: Tensor, memory_key_padding_mask: Tensor | None = None
+    ) -> Tensor:
+        """Logits [B, T, V]: causal self-attention over ``tgt_in``, cross-attention to memory."""
+        h = self.decoder(
+            self.tgt_embed(tgt_in), memory, memory_key_padding_mask=memory_key_padding_mask
+        )
+        return self.out(h)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.decode(tgt_in, self.encode(src))
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Tensor, length: int) -> Tensor:
+        """Write ``length`` symbols [B, length], re-running the decoder on its own prefix."""
+        memory = self.encode(src)
+        y = torch.full((src.shape[0], 1), self.bos, dtype=torch.long, device=src.device)
+        for _ in range(length):
+            nxt = self.decode(y, memory)[:, -1].argmax(-1, keepdim=True)  # [B, 1]
+            y = torch.cat([y, nxt], dim=1)
+        return y[:, 1:]
+
+
+class EncoderOnly(nn.Module):
+    """The encoder-only family (BERT-like), Chapter 4: every token sees every token.
+
+    ``forward(tokens [B, T], key_padding_mask=None) -> [B, T, num_outputs]`` (a
+    per-token head, e.g. tagging or a masked-token prediction).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_outputs: int,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int = 128,
+        dropout: float = 0.0,
+        *,
+        max_len: int = 128,
+        norm_first: bool = True,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        self.embed = _Embed(vocab_size, d_model, max_len)
+        self.blocks = Encoder(
+            num_layers,
+            d_model,
+            num_heads,
+            d_ff,
+            dropout,
+            norm_first=norm_first,
+            activation=activation,
+        )
+        self.head = nn.Linear(d_model, num_outputs)
+
+    def forward(self, tokens: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        return self.head(self.blocks(self.embed(tokens), key_padding_mask=key_padding_mask))
+
+
+class DecoderOnly(nn.Module):
+    """The decoder-only family (GPT-like), Chapter 4: the same blocks, causal mask (3.4).
+
+    No cross-attention: a decoder-only block is an :class:`EncoderBlock` run with
+    ``is_causal=True``.  ``forward(tokens [B, T]) -> next-token logits [B, T, V]``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int = 128,
+        dropout: float = 0.0,
+        *,
+        max_len: int = 128,
+        norm_first: bool = True,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        self.embed = _Embed(vocab_size, d_model, max_len)
+        self.blocks = Encoder(
+            num_layers,
+            d_model,
+            num_heads,
+            d_ff,
+            dropout,
+            norm_first=norm_first,
+            activation=activation,
+        )
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.head(self.blocks(self.embed(tokens), is_causal=True))
+
+    @torch.no_grad()
+    def generate(self, prompt: Tensor, steps: int) -> Tensor:
+        """Greedy continuation: ``prompt`` [B, T] followed by ``steps`` new tokens."""
+        tokens = prompt
+        for _ in range(steps):
+            window = tokens[:, -self.embed.max_len :]
+            tokens = torch.cat([tokens, self(window)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return tokens

@@ -1,0 +1,510 @@
+"""Attention (Chapters 2-3): scores, masks, scaled dot-product and multi-head attention.
+
+Cross-checks copy weights into PyTorch's own modules and compare in float32 with
+atol 1e-5.  Several tests also show that a plausible mistake (the wrong mask
+convention, a missing scale) is *caught*, so the comparisons can fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_lib.attention import (
+    AdditiveAttention,
+    BahdanauSeq2Seq,
+    LuongAttention,
+    LuongSeq2Seq,
+    MultiHeadAttention,
+    additive_score,
+    attend,
+    causal_mask,
+    concat_score,
+    dot_score,
+    from_torch_mask,
+    general_score,
+    masked_softmax,
+    padding_mask,
+    record_attention,
+    scaled_dot_product_attention,
+    to_additive_mask,
+    to_torch_mask,
+    window_mask,
+)
+from course_lib.seq2seq import evaluate, make_batch, seq2seq_loss
+from course_lib.training import train
+
+ATOL = 1e-5
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> bool:
+    return a.shape == b.shape and (a - b).abs().max().item() <= atol
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_one_thread():
+    """Seed; and one intra-op thread: these tensors are tiny, and on a shared 2-core
+    machine thread synchronisation makes small ops many times slower."""
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------
+# Masks and the library's convention (True = may attend).
+# ---------------------------------------------------------------------------
+
+
+def test_causal_mask_is_true_on_and_below_the_diagonal():
+    m = causal_mask(3)
+    assert m.dtype == torch.bool
+    assert m.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    # T != S: aligned at the top-left corner, like is_causal=True in PyTorch
+    assert causal_mask(2, 4).tolist() == [[True, False, False, False], [True, True, False, False]]
+
+
+def test_padding_mask_marks_real_tokens():
+    m = padding_mask(torch.tensor([3, 1, 0]), 4)
+    assert m.tolist() == [
+        [True, True, True, False],
+        [True, False, False, False],
+        [False, False, False, False],
+    ]
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, 2\]"):
+        padding_mask(torch.tensor([3]), 2)
+
+
+def test_window_mask_local_m_and_given_centres():
+    m = window_mask(4, 5, 1)  # p_i = i
+    assert m.tolist()[0] == [True, True, False, False, False]
+    assert m.tolist()[3] == [False, False, True, True, True]
+    # real-valued centres, batched: |j - p| <= D
+    m = window_mask(2, 5, 1, torch.tensor([[0.4, 3.6]]))
+    assert m.shape == (1, 2, 5)
+    assert m[0].tolist() == [[True, True, False, False, False], [False, False, False, True, True]]
+    with pytest.raises(ValueError, match=r"centers must be \[T=3\] or \[B, T=3\], got \[4\]"):
+        window_mask(3, 5, 1, torch.arange(4))
+
+
+def test_additive_form_of_a_boolean_mask():
+    m = torch.tensor([[True, False]])
+    assert to_additive_mask(m).tolist() == [[0.0, float("-inf")]]
+    add = torch.tensor([[0.5, -1.0]])
+    assert to_additive_mask(add) is add
+    with pytest.raises(ValueError, match="bool or floating"):
+        to_additive_mask(torch.tensor([[1, 0]]))
+
+
+def test_translation_to_and_from_torch_conventions():
+    ours = causal_mask(4)
+    assert torch.equal(to_torch_mask(ours, "sdpa"), ours)  # True = keep in both
+    assert torch.equal(to_torch_mask(ours, "mha"), ~ours)  # MHA: True = masked out
+    for api in ("sdpa", "mha"):
+        assert torch.equal(from_torch_mask(to_torch_mask(ours, api), api), ours)
+    add = to_additive_mask(ours)
+    assert to_torch_mask(add, "mha") is add and from_torch_mask(add, "mha") is add
+    assert to_torch_mask(None, "mha") is None
+    with pytest.raises(ValueError, match=r"api must be one of \('sdpa', 'mha'\)"):
+        to_torch_mask(ours, "nn")
+    with pytest.raises(ValueError, match="api must be one of"):
+        from_torch_mask(ours, "nn")
+
+
+def test_masked_softmax_rows_sum_to_one_and_a_fully_masked_row_is_zero():
+    scores = torch.randn(2, 3, 4, requires_grad=True)
+    mask = torch.tensor([[True, True, False, True], [False] * 4, [True, False, False, False]])
+    w = masked_softmax(scores, mask)
+    assert not torch.isnan(w).any()
+    assert torch.allclose(w.sum(-1), torch.tensor([[1.0, 0.0, 1.0]] * 2))
+    assert (w[:, 0, 2] == 0).all() and (w[:, 2, 0] == 1).all()
+    w.pow(2).sum().backward()  # gradients through a fully masked row stay finite
+    assert torch.isfinite(scores.grad).all()
+    # plain softmax would give NaN: the rule (3.6) is what makes the difference
+    assert torch.isnan(torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)).any()
+
+
+# ---------------------------------------------------------------------------
+# Scaled dot-product attention vs torch.nn.functional.scaled_dot_product_attention.
+# ---------------------------------------------------------------------------
+
+
+def _qkv(b=2, h=3, t=5, s=7, d=8, dv=6):
+    return torch.randn(b, h, t, d), torch.randn(b, h, s, d), torch.randn(b, h, s, dv)
+
+
+def test_sdpa_matches_torch_without_mask():
+    q, k, v = _qkv()
+    assert _close(scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    # a forgotten 1/sqrt(d_k) is caught by the same comparison
+    wrong = scaled_dot_product_attention(q, k, v, scale=1.0)
+    assert not _close(wrong, F.scaled_dot_product_attention(q, k, v))
+    assert _close(wrong, F.scaled_dot_product_attention(q, k, v, scale=1.0))
+
+
+def test_sdpa_matches_torch_with_a_boolean_mask():
+    q, k, v = _qkv()
+    mask = torch.rand(2, 1, 5, 7) > 0.4
+    mask[..., 0] = True  # no fully masked row here (tested separately)
+    ours = scaled_dot_product_attention(q, k, v, mask)
+    assert _close(
+        ours, F.scaled_dot_product_attention(q, k, v, attn_mask=to_torch_mask(mask, "sdpa"))
+    )
+    # the MHA convention (True = masked out) handed to SDPA gives another answer
+    assert not _close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=~mask))
+
+
+def test_sdpa_matches_torch_with_an_additive_mask():
+    q, k, v = _qkv()
+    add = torch.randn(5, 7)  # a finite bias ...
+    add[:, 3] = float("-inf")  # ... and a removed key
+    assert _close(
+        scaled_dot_product_attention(q, k, v, add),
+        F.scaled_dot_product_attention(q, k, v, attn_mask=add),
+    )
+    # a boolean mask and its additive form give the same result
+    mask = torch.rand(5, 7) > 0.3
+    mask[:, 0] = True
+    assert _close(
+        scaled_dot_product_attention(q, k, v, mask),
+        scaled_dot_product_attention(q, k, v, to_additive_mask(mask)),
+    )
+
+
+@pytest.mark.parametrize("t,s", [(5, 5), (4, 7)])
+def test_sdpa_matches_torch_causal(t, s):
+    q, k, v = _qkv(t=t, s=s)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert _close(scaled_dot_product_attention(q, k, v, is_causal=True), expected)
+    assert _close(scaled_dot_product_attention(q, k, v, causal_mask(t, s)), expected)
+    assert not _close(scaled_dot_product_attention(q, k, v), expected)
+
+
+def test_sdpa_returns_the_weights_it_used():
+    q, k, v = _qkv()
+    mask = torch.rand(5, 7) > 0.3
+    mask[:, 1] = True
+    out, w = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    assert w.shape == (2, 3, 5, 7)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 3, 5))
+    assert (w[..., ~mask] == 0).all()
+    assert _close(out, w @ v)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / 8**0.5 + to_additive_mask(mask), -1)
+    assert _close(w, expected)
+
+
+def test_a_fully_masked_row_gives_zero_weights_and_zero_output_like_torch_sdpa():
+    q, k, v = _qkv()
+    mask = torch.ones(5, 7, dtype=torch.bool)
+    mask[2] = False  # query 2 may see nothing
+    out, w = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    assert not torch.isnan(out).any()
+    assert (w[..., 2, :] == 0).all() and (out[..., 2, :] == 0).all()
+    assert _close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    add = to_additive_mask(mask)
+    assert (scaled_dot_product_attention(q, k, v, add)[..., 2, :] == 0).all()
+
+
+def test_sdpa_errors_name_the_expected_shapes():
+    q, k, v = _qkv()
+    with pytest.raises(
+        ValueError, match=r"key must be \[\.\.\., S, d_k=8\] with leading dims \[2, 3\]"
+    ):
+        scaled_dot_product_attention(q, k[..., :4], v)
+    with pytest.raises(ValueError, match=r"value must be \[\.\.\., S=7, d_v\].*got \[2, 3, 6, 6\]"):
+        scaled_dot_product_attention(q, k, v[:, :, :6])
+    with pytest.raises(
+        ValueError, match=r"mask of shape \[5, 6\] does not broadcast.*\[T=5, S=7\]"
+    ):
+        scaled_dot_product_attention(q, k, v, torch.ones(5, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="must be boolean .* or floating"):
+        scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"query must be a tensor \[\.\.\., n, d\]"):
+        scaled_dot_product_attention(torch.randn(3), k, v)
+
+
+# ---------------------------------------------------------------------------
+# Multi-head attention vs torch.nn.MultiheadAttention (batch_first, weights copied).
+# ---------------------------------------------------------------------------
+
+
+def _mha_pair(e=16, h=4):
+    ref = nn.MultiheadAttention(e, h, batch_first=True).eval()
+    with torch.no_grad():  # non-zero biases, so a misplaced bias would show
+        ref.in_proj_bias.normal_()
+        ref.out_proj.bias.normal_()
+    ours = MultiHeadAttention(e, h).eval()
+    ours.load_state_dict(ref.state_dict())
+    return ours, ref
+
+
+def test_mha_parameters_have_torch_names_and_shapes():
+    ours, ref = _mha_pair()
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {
+        k: v.shape for k, v in ref.state_dict().items()
+    }
+
+
+def test_mha_matches_torch_self_attention_with_key_padding_and_causal_masks():
+    ours, ref = _mha_pair()
+    x = torch.randn(3, 6, 16)
+    kpm = padding_mask(torch.tensor([6, 4, 2]), 6)
+    causal = causal_mask(6)
+    a, wa = ref(
+        x,
+        x,
+        x,
+        key_padding_mask=to_torch_mask(kpm, "mha"),
+        attn_mask=to_torch_mask(causal, "mha"),
+        average_attn_weights=False,
+    )
+    b, wb = ours(x, mask=causal, key_padding_mask=kpm, need_weights=True)
+    assert _close(a, b) and _close(wa, wb)
+    # our mask handed to torch without translation means the opposite
+    c, _ = ref(x, x, x, key_padding_mask=kpm, attn_mask=~causal)
+    assert not _close(c, b)
+
+
+def test_mha_matches_torch_cross_attention_and_is_causal():
+    ours, ref = _mha_pair()
+    q, mem = torch.randn(2, 5, 16), torch.randn(2, 8, 16)
+    kpm = padding_mask(torch.tensor([8, 3]), 8)
+    a, wa = ref(q, mem, mem, key_padding_mask=~kpm)
+    b, wb = ours(q, mem, mem, key_padding_mask=kpm, need_weights=True)
+    assert _close(a, b) and _close(wa, wb.mean(1))  # torch averages the heads by default
+    x = torch.randn(2, 5, 16)
+    a, _ = ref(x, x, x, attn_mask=nn.Transformer.generate_square_subsequent_mask(5), is_causal=True)
+    b, _ = ours(x, is_causal=True)
+    assert _close(a, b)
+
+
+def test_mha_matches_torch_with_additive_and_per_batch_masks():
+    ours, ref = _mha_pair()
+    x = torch.randn(2, 5, 16)
+    add = torch.randn(5, 5)
+    assert _close(ref(x, x, x, attn_mask=add)[0], ours(x, mask=add)[0])
+    per_head = torch.rand(2, 4, 5, 5) > 0.3
+    per_head[..., 0] = True
+    expected = ref(x, x, x, attn_mask=to_torch_mask(per_head, "mha").flatten(0, 1))[0]
+    assert _close(expected, ours(x, mask=per_head)[0])
+    per_batch = torch.rand(2, 5, 5) > 0.3
+    per_batch[..., 0] = True
+    torch_mask = to_torch_mask(per_batch, "mha").repeat_interleave(4, dim=0)  # [B*h, T, S]
+    assert _close(ref(x, x, x, attn_mask=torch_mask)[0], ours(x, mask=per_batch)[0])
+    # additive mask combined with a boolean key padding mask
+    kpm = padding_mask(torch.tensor([5, 3]), 5)
+    assert _close(
+        ref(x, x, x, attn_mask=add, key_padding_mask=to_additive_mask(kpm))[0],
+        ours(x, mask=add, key_padding_mask=kpm)[0],
+    )
+
+
+def test_mha_fully_masked_query_outputs_the_bias_where_torch_gives_nan():
+    ours, ref = _mha_pair()
+    x = torch.randn(1, 3, 16)
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    mask[1] = False
+    out, w = ours(x, mask=mask, need_weights=True)
+    assert torch.equal(out[0, 1], ours.out_proj.bias.detach())
+    assert (w[0, :, 1] == 0).all()
+    theirs, _ = ref(x, x, x, attn_mask=to_torch_mask(mask, "mha"))
+    assert torch.isnan(theirs[0, 1]).all()  # the documented difference
+    assert _close(theirs[0, [0, 2]], out[0, [0, 2]])
+
+
+def test_mha_heads_are_single_head_attention_in_parallel_subspaces():
+    ours, _ = _mha_pair()
+    x = torch.randn(2, 5, 16)
+    w_q, w_k, w_v = ours.in_proj_weight.chunk(3)
+    b_q, b_k, b_v = ours.in_proj_bias.chunk(3)
+    heads = []
+    for r in range(4):
+        rows = slice(4 * r, 4 * r + 4)
+        q = x @ w_q[rows].T + b_q[rows]
+        k = x @ w_k[rows].T + b_k[rows]
+        v = x @ w_v[rows].T + b_v[rows]
+        heads.append(scaled_dot_product_attention(q, k, v))
+    expected = ours.out_proj(torch.cat(heads, -1))
+    assert _close(ours(x)[0], expected)
+
+
+def test_mha_errors_name_the_expected_shapes():
+    ours, _ = _mha_pair()
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match=r"query must be \[B, T, E=16\], got \[2, 5, 8\]"):
+        ours(torch.randn(2, 5, 8))
+    with pytest.raises(ValueError, match=r"key must be \[B=2, S, E=16\], got \[3, 4, 16\]"):
+        ours(x, torch.randn(3, 4, 16))
+    with pytest.raises(ValueError, match=r"key_padding_mask must be \[B=2, S=5\], got \[2, 4\]"):
+        ours(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(
+        ValueError, match=r"mask of shape \[4, 4\] does not broadcast.*\[2, 4, 5, 5\]"
+    ):
+        ours(x, mask=torch.ones(4, 4, dtype=torch.bool))
+    with pytest.raises(
+        ValueError, match=r"embed_dim \(10\) must be a positive multiple of num_heads \(4\)"
+    ):
+        MultiHeadAttention(10, 4)
+
+
+def test_record_attention_keeps_each_modules_last_weights():
+    model = nn.ModuleDict({"a": MultiHeadAttention(8, 2), "b": MultiHeadAttention(8, 4)})
+    x = torch.randn(1, 3, 8)
+    with record_attention(model) as maps:
+        model["a"](x, is_causal=True)
+        model["b"](x)
+    assert set(maps) == {"a", "b"}
+    assert maps["a"].shape == (1, 2, 3, 3) and maps["b"].shape == (1, 4, 3, 3)
+    assert (maps["a"][..., 0, 1:] == 0).all()  # causal
+    assert not model["a"].record and model["a"].last_weights is None
+
+
+# ---------------------------------------------------------------------------
+# Chapter 2: alignment scores.
+# ---------------------------------------------------------------------------
+
+
+def test_dot_and_general_scores():
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    assert _close(dot_score(q, k), torch.einsum("btd,bsd->bts", q, k))
+    assert _close(general_score(q, k, torch.eye(4)), dot_score(q, k))  # W = I is the dot score
+    w = torch.randn(4, 6)
+    k6 = torch.randn(2, 5, 6)
+    assert _close(general_score(q, k6, w), torch.einsum("btd,de,bse->bts", q, w, k6))
+    with pytest.raises(ValueError, match=r"keys must be \[B=2, S, d_k=4\], got \[2, 5, 6\]"):
+        dot_score(q, k6)
+    with pytest.raises(ValueError, match=r"weight must be \[d_q=4, d_k=6\], got \[6, 4\]"):
+        general_score(q, k6, w.T)
+
+
+def test_additive_score_is_the_network_of_each_pair():
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
+    wq, wk, v = torch.randn(7, 4), torch.randn(7, 6), torch.randn(7)
+    e = additive_score(q, k, wq, wk, v)
+    assert e.shape == (2, 3, 5)
+    for b, i, j in [(0, 0, 0), (1, 2, 4), (0, 1, 3)]:
+        assert abs(e[b, i, j] - v @ torch.tanh(wq @ q[b, i] + wk @ k[b, j])) < ATOL
+    with pytest.raises(ValueError, match=r"w_key must be \[A=7, d_k=6\], got \[7, 4\]"):
+        additive_score(q, k, wq, wq, v)
+
+
+def test_luong_concat_is_exactly_bahdanau_additive_with_the_matrix_split():
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
+    w, v = torch.randn(7, 10), torch.randn(7)
+    assert _close(concat_score(q, k, w, v), additive_score(q, k, w[:, :4], w[:, 4:], v))
+    with pytest.raises(ValueError, match=r"weight must be \[A, d_q \+ d_k=10\], got \[7, 9\]"):
+        concat_score(q, k, w[:, :9], v)
+
+
+def test_attend_gives_a_convex_combination_of_the_values():
+    scores, values = torch.randn(2, 3, 5), torch.randn(2, 5, 4)
+    c, w = attend(scores, values)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 3)) and (w >= 0).all()
+    assert _close(c, torch.softmax(scores, -1) @ values)
+    with pytest.raises(ValueError, match=r"values must be \[B=2, S=5, d_v\], got \[2, 4, 4\]"):
+        attend(scores, values[:, :4])
+
+
+@pytest.mark.parametrize("kind", ["dot", "general", "concat"])
+def test_luong_attention_modules(kind):
+    att = LuongAttention(8, 8, kind)
+    q, k = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    c, w = att(q, k)
+    assert c.shape == (2, 3, 8) and w.shape == (2, 3, 5)
+    n_params = sum(p.numel() for p in att.parameters())
+    assert n_params == {"dot": 0, "general": 64, "concat": 8 * 16 + 8}[kind]
+
+
+def test_luong_and_additive_attention_reject_bad_configurations():
+    with pytest.raises(ValueError, match="score must be one of"):
+        LuongAttention(4, 4, "bilinear")
+    with pytest.raises(ValueError, match="dot score needs query_size == key_size, got 4 and 6"):
+        LuongAttention(4, 6, "dot")
+    att = AdditiveAttention(4, 6, 5)
+    c, w = att(torch.randn(2, 1, 4), torch.randn(2, 3, 6))
+    assert c.shape == (2, 1, 6) and w.shape == (2, 1, 3)
+
+
+# ---------------------------------------------------------------------------
+# Chapter 2: the seq2seq models with attention.
+# ---------------------------------------------------------------------------
+
+MODELS = [
+    lambda rnn: BahdanauSeq2Seq(6, 8, 12, rnn=rnn),
+    lambda rnn: LuongSeq2Seq(6, 8, 12, score="general", rnn=rnn),
+    lambda rnn: LuongSeq2Seq(6, 8, 12, score="dot", window=2, rnn=rnn),
+    lambda rnn: LuongSeq2Seq(6, 8, 12, score="concat", window=1, align="predictive", rnn=rnn),
+]
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_attention_seq2seq_shapes_and_greedy_decoding(make):
+    model = make("course")
+    b = make_batch(4, 5, 6, generator=_gen(0))
+    logits, w = model.forward_with_weights(b.src, b.tgt_in)
+    assert logits.shape == (4, 5, 6) and w.shape == (4, 5, 5)
+    pred, wd = model.greedy_decode(b.src, 5, return_weights=True)
+    assert pred.shape == (4, 5) and wd.shape == (4, 5, 5)
+    assert torch.equal(model.alignments(b.src, 5), wd)
+    # greedy decoding = argmax of teacher forcing on its own prefix
+    bos = torch.full((4, 1), model.bos)
+    with torch.no_grad():
+        again, w_again = model.forward_with_weights(b.src, torch.cat([bos, pred[:, :-1]], 1))
+    assert torch.equal(again.argmax(-1), pred)
+    assert _close(w_again, wd)
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_course_and_torch_gru_give_the_same_attention_model(make):
+    ours, ref = make("course"), make("torch")
+    ref.load_state_dict(ours.state_dict())
+    b = make_batch(3, 4, 6, generator=_gen(1))
+    with torch.no_grad():
+        assert _close(ours(b.src, b.tgt_in), ref(b.src, b.tgt_in))
+    assert torch.equal(ours.greedy_decode(b.src, 4), ref.greedy_decode(b.src, 4))
+
+
+def test_global_weights_sum_to_one_and_local_weights_stay_in_the_window():
+    b = make_batch(3, 9, 6, generator=_gen(2))
+    glob = LuongSeq2Seq(6, 8, 12)
+    _, w = glob.forward_with_weights(b.src, b.tgt_in)
+    assert torch.allclose(w.sum(-1), torch.ones(3, 9))
+    local_m = LuongSeq2Seq(6, 8, 12, window=2)  # p_t = t
+    _, w = local_m.forward_with_weights(b.src, b.tgt_in)
+    assert torch.equal(w > 0, window_mask(9, 9, 2).expand(3, 9, 9))
+    assert torch.allclose(w.sum(-1), torch.ones(3, 9))
+    _, w = local_m.greedy_decode(b.src, 9, return_weights=True)
+    assert torch.equal(w > 0, window_mask(9, 9, 2).expand(3, 9, 9))
+    local_p = LuongSeq2Seq(6, 8, 12, window=2, align="predictive")
+    _, w = local_p.forward_with_weights(b.src, b.tgt_in)
+    assert ((w > 0).sum(-1) <= 5).all()  # at most 2D + 1 keys
+    assert (w.sum(-1) <= 1 + 1e-6).all()  # the Gaussian only shrinks the weights
+    with pytest.raises(ValueError, match="align must be 'monotonic' or 'predictive'"):
+        LuongSeq2Seq(6, window=2, align="fixed")
+    with pytest.raises(ValueError, match="window must be >= 1 or None, got 0"):
+        LuongSeq2Seq(6, window=0)
+    with pytest.raises(ValueError, match="rnn must be 'course' or 'torch'"):
+        BahdanauSeq2Seq(6, rnn="lstm")
+
+
+def test_bahdanau_model_learns_to_reverse_short_sequences():
+    model = BahdanauSeq2Seq(5, 8, 32, rnn="torch")
+    test = make_batch(300, 4, 5, task="reverse", generator=_gen(99))
+    gen = _gen(0)
+    train(
+        model,
+        lambda: make_batch(32, 4, 5, task="reverse", generator=gen),
+        seq2seq_loss,
+        steps=300,
+        lr=1e-2,
+        progress=False,
+    )
+    tok, _ = evaluate(model, test)
+    assert tok > 0.9, tok
