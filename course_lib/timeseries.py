@@ -1,0 +1,316 @@
+"""Attention for time series: temporal encodings, patching, a patch Transformer (Chapter 10).
+
+Shapes: ``B`` batch, ``L`` context length (past steps the model reads), ``H``
+horizon (future steps it predicts), ``C`` channels (variables of the series),
+``P`` patch length, ``S`` stride, ``N`` number of patches, ``D`` model size,
+``E`` exogenous covariates, ``k`` periodic components of Time2Vec.
+
+* :class:`Time2Vec`, eq. (10.1): one affine and ``k`` periodic components of time;
+* :func:`calendar_features`, eq. (10.2): sine/cosine of the position in the year
+  (and optionally the month as one-hot) from a ``pandas.DatetimeIndex``;
+* :func:`patchify`, eq. (10.3): overlapping windows ``[B, C, L] -> [B, C, N, P]``
+  with ``N = (L - P) // S + 1`` (PatchTST's end padding optional);
+* :class:`PatchForecaster`, eq. (10.4): a channel-independent PatchTST-style
+  forecaster (instance normalisation, patch embedding, a pre-norm
+  :class:`course_lib.transformer.Encoder`, a flatten-linear head);  with
+  ``n_exog > 0`` its blocks are :class:`course_lib.transformer.DecoderBlock` without the
+  causal mask, so the patch tokens *cross-attend* to embedded exogenous
+  covariates (past and known future), eq. (10.5);
+* :func:`naive_forecast`, :func:`seasonal_naive_forecast`, :func:`windows`: the
+  baselines and the sliding-window data set used to train and evaluate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from course_lib.transformer import Decoder, Encoder
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "Time2Vec",
+    "calendar_features",
+    "patchify",
+    "num_patches",
+    "RevIN",
+    "PatchForecaster",
+    "windows",
+    "naive_forecast",
+    "seasonal_naive_forecast",
+]
+
+
+# ---------------------------------------------------------------------------
+# Temporal encodings, eqs. (10.1)-(10.2)
+# ---------------------------------------------------------------------------
+
+
+class Time2Vec(nn.Module):
+    """Time2Vec (Kazemi et al., 2019), Chapter 10, eq. (10.1).
+
+    ``t2v(tau)[0] = w_0 tau + b_0`` (affine: the trend) and
+    ``t2v(tau)[i] = sin(w_i tau + b_i)`` for ``i = 1 .. k`` (periodic, period
+    ``2 pi / w_i``, all learned).  ``forward(tau [...]) -> [..., k + 1]``; a
+    scalar time per position (``in_features = 1``).  ``periods`` optionally
+    initialises the ``k`` periodic frequencies as ``2 pi / period``.
+    """
+
+    def __init__(self, k: int, periods: list[float] | Tensor | None = None) -> None:
+        super().__init__()
+        if k < 1:
+            raise ValueError(f"Time2Vec: k must be >= 1, got {k}")
+        self.k = k
+        self.w0 = nn.Parameter(torch.randn(()))
+        self.b0 = nn.Parameter(torch.randn(()))
+        if periods is None:
+            w = torch.randn(k)
+        else:
+            periods = torch.as_tensor(periods, dtype=torch.float32)
+            if periods.shape != (k,) or bool((periods <= 0).any()):
+                raise ValueError(f"Time2Vec: periods must be {k} positive numbers")
+            w = 2 * math.pi / periods
+        self.w = nn.Parameter(w)  # [k]
+        self.b = nn.Parameter(torch.rand(k) * 2 * math.pi)  # [k]
+
+    def forward(self, tau: Tensor) -> Tensor:
+        tau = tau.to(self.w.dtype).unsqueeze(-1)  # [..., 1]
+        linear = self.w0 * tau + self.b0  # (10.1) affine component          [..., 1]
+        periodic = torch.sin(tau * self.w + self.b)  # (10.1) periodic ones   [..., k]
+        return torch.cat([linear, periodic], dim=-1)  # [..., k + 1]
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}"
+
+
+def calendar_features(
+    index: pd.DatetimeIndex, harmonics: int = 2, month_one_hot: bool = False
+) -> Tensor:
+    """Calendar features of a ``DatetimeIndex``, Chapter 10, eq. (10.2).
+
+    For ``j = 1 .. harmonics``: ``sin(2 pi j a)`` and ``cos(2 pi j a)`` with
+    ``a = (day of year - 1) / days in that year`` the fraction of the year
+    elapsed; with ``month_one_hot`` twelve more 0/1 columns.  Returns float32
+    ``[T, 2 * harmonics (+ 12)]``.  Known in advance for any future date.
+    """
+    if not hasattr(index, "day_of_year"):
+        raise TypeError(
+            f"calendar_features: needs a pandas.DatetimeIndex, got {type(index).__name__}"
+        )
+    if harmonics < 1:
+        raise ValueError(f"calendar_features: harmonics must be >= 1, got {harmonics}")
+    days = np.where(index.is_leap_year, 366.0, 365.0)
+    a = (np.asarray(index.day_of_year, dtype=np.float64) - 1.0) / days  # [T]
+    cols = []
+    for j in range(1, harmonics + 1):
+        cols += [np.sin(2 * np.pi * j * a), np.cos(2 * np.pi * j * a)]
+    if month_one_hot:
+        cols += list(np.eye(12)[np.asarray(index.month) - 1].T)
+    return torch.tensor(np.stack(cols, axis=-1), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------
+# Patching, eq. (10.3)
+# ---------------------------------------------------------------------------
+
+
+def num_patches(length: int, patch_len: int, stride: int, pad_end: bool = False) -> int:
+    """``N = (L - P) // S + 1`` (+1 with PatchTST's end padding of ``S`` steps)."""
+    if min(patch_len, stride) < 1 or length < patch_len:
+        raise ValueError(
+            f"num_patches: need patch_len, stride >= 1 and length >= patch_len, got "
+            f"L={length}, P={patch_len}, S={stride}"
+        )
+    return (length - patch_len) // stride + 1 + int(pad_end)
+
+
+def patchify(x: Tensor, patch_len: int, stride: int, pad_end: bool = False) -> Tensor:
+    """Cut each channel into overlapping patches, Chapter 10, eq. (10.3).
+
+    ``x [B, C, L] -> [B, C, N, P]`` with patch ``n`` equal to
+    ``x[..., n S : n S + P]`` and ``N = (L - P) // S + 1``.  Channels are
+    patched independently (PatchTST's *channel independence*).  With
+    ``pad_end`` the last value is repeated ``S`` times first, as PatchTST does,
+    which adds one patch.  Steps after the last full patch are dropped.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"patchify: x must be [B, C, L], got {list(x.shape)}")
+    n = num_patches(x.shape[-1], patch_len, stride, pad_end)
+    if pad_end:
+        x = torch.cat([x, x[..., -1:].expand(*x.shape[:-1], stride)], dim=-1)
+    starts = torch.arange(n, device=x.device) * stride  # [N]
+    idx = starts[:, None] + torch.arange(patch_len, device=x.device)  # [N, P]
+    return x[..., idx]  # (10.3) gather: [B, C, N, P]
+
+
+# ---------------------------------------------------------------------------
+# The forecaster, eqs. (10.4)-(10.5)
+# ---------------------------------------------------------------------------
+
+
+class RevIN(nn.Module):
+    """Instance normalisation of each window (Kim et al., 2022), without affine weights.
+
+    ``normalize(x [B, C, L])`` subtracts each channel's mean over the window and
+    divides by its standard deviation (+ ``eps``), remembering both;
+    ``denormalize(y [B, C, H])`` undoes it on the forecast.  It lets one model
+    serve a series whose level drifts (a trend) far outside the training range.
+    """
+
+    def __init__(self, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self._stats: tuple[Tensor, Tensor] | None = None
+
+    def normalize(self, x: Tensor) -> Tensor:
+        mean = x.mean(dim=-1, keepdim=True)
+        std = x.std(dim=-1, keepdim=True, unbiased=False) + self.eps
+        self._stats = (mean, std)
+        return (x - mean) / std
+
+    def denormalize(self, y: Tensor) -> Tensor:
+        if self._stats is None:
+            raise RuntimeError("RevIN.denormalize called before normalize")
+        mean, std = self._stats
+        return y * std + mean
+
+
+class PatchForecaster(nn.Module):
+    """A channel-independent patch Transformer (PatchTST-style), Chapter 10, eq. (10.4).
+
+    For each channel separately: normalise the window (:class:`RevIN`), cut it
+    into ``N`` patches (:func:`patchify`), embed each patch linearly and add a
+    learned position, run a pre-norm Transformer encoder, flatten the ``N x D``
+    tokens and map them linearly to the ``H`` future values, then denormalise::
+
+        z = Encoder(W_p patches + W_pos),    y_hat = W_h flatten(z) + b_h.
+
+    ``forward(x [B, L, C], exog=None) -> [B, H, C]``.
+
+    Exogenous covariates, eq. (10.5): with ``n_exog = E > 0`` the forward pass
+    takes ``exog [B, L + H, E]`` (the covariates over the context *and* the
+    horizon, so they must be known in advance: calendar, holidays, planned
+    events).  They are cut into patches like the series (``N_x`` windows of all
+    ``E`` covariates, each embedded by ``Linear(E P, D)`` plus a learned
+    position) and the blocks become
+    :class:`course_lib.transformer.DecoderBlock` without a causal mask:
+    self-attention among patches, then cross-attention from the patches
+    (queries) to the covariate patches (keys and values), then the feed-forward.
+    """
+
+    def __init__(
+        self,
+        context: int,
+        horizon: int,
+        patch_len: int = 16,
+        stride: int = 8,
+        d_model: int = 32,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int = 64,
+        dropout: float = 0.0,
+        n_exog: int = 0,
+        pad_end: bool = False,
+    ) -> None:
+        super().__init__()
+        if horizon < 1 or n_exog < 0:
+            raise ValueError(
+                f"PatchForecaster: need horizon >= 1, n_exog >= 0; got {horizon}, {n_exog}"
+            )
+        self.context, self.horizon, self.n_exog = context, horizon, n_exog
+        self.patch_len, self.stride, self.pad_end = patch_len, stride, pad_end
+        self.n_patches = num_patches(context, patch_len, stride, pad_end)
+        self.revin = RevIN()
+        self.embed = nn.Linear(patch_len, d_model)  # W_p [D, P]
+        self.pos = nn.Parameter(torch.randn(self.n_patches, d_model) * 0.02)  # W_pos [N, D]
+        self.dropout = nn.Dropout(dropout)
+        if n_exog:  # covariates are patched too: [B, E, N_x, P] -> tokens [B, N_x, E P]
+            self.n_exog_patches = num_patches(context + horizon, patch_len, stride)
+            self.exog_embed = nn.Linear(n_exog * patch_len, d_model)  # [D, E P]
+            self.exog_pos = nn.Parameter(torch.randn(self.n_exog_patches, d_model) * 0.02)
+            self.backbone: nn.Module = Decoder(
+                num_layers, d_model, num_heads, d_ff, dropout, norm_first=True
+            )
+        else:
+            self.backbone = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=True)
+        self.head = nn.Linear(self.n_patches * d_model, horizon)  # W_h [H, N D]
+
+    def forward(self, x: Tensor, exog: Tensor | None = None) -> Tensor:
+        if x.dim() != 3 or x.shape[1] != self.context:
+            raise ValueError(
+                f"PatchForecaster: x must be [B, L={self.context}, C], got {list(x.shape)}"
+            )
+        b, length, c = x.shape
+        if self.n_exog:
+            want = [b, self.context + self.horizon, self.n_exog]
+            if exog is None or list(exog.shape) != want:
+                got = None if exog is None else list(exog.shape)
+                raise ValueError(
+                    f"PatchForecaster: exog must be {want} (context + horizon), got {got}"
+                )
+        elif exog is not None:
+            raise ValueError("PatchForecaster: built with n_exog=0 but given exog")
+        series = self.revin.normalize(x.transpose(1, 2))  # [B, C, L]
+        patches = patchify(series, self.patch_len, self.stride, self.pad_end)  # [B, C, N, P]
+        tokens = patches.reshape(b * c, self.n_patches, self.patch_len)  # channel independence
+        z = self.dropout(self.embed(tokens) + self.pos)  # (10.4)        [B C, N, D]
+        if self.n_exog:
+            cov = patchify(exog.transpose(1, 2), self.patch_len, self.stride)  # [B, E, N_x, P]
+            cov = cov.transpose(1, 2).flatten(2)  # [B, N_x, E P]
+            mem = self.exog_embed(cov) + self.exog_pos  # (10.5)           [B, N_x, D]
+            mem = mem.repeat_interleave(c, dim=0)  # one copy per channel [B C, N_x, D]
+            z = self.backbone(z, mem, causal=False)
+        else:
+            z = self.backbone(z)
+        y = self.head(z.flatten(1)).reshape(b, c, self.horizon)  # (10.4) [B, C, H]
+        return self.revin.denormalize(y).transpose(1, 2)  # [B, H, C]
+
+
+# ---------------------------------------------------------------------------
+# Data windows and baselines
+# ---------------------------------------------------------------------------
+
+
+def windows(
+    series: Tensor, context: int, horizon: int, starts: Tensor | list[int]
+) -> tuple[Tensor, Tensor]:
+    """Cut ``(context, target)`` pairs from ``series [T, C]`` (or ``[T]``).
+
+    Window ``i`` reads ``series[s : s + L]`` and targets ``series[s + L : s + L + H]``
+    with ``s = starts[i]``.  Returns ``x [B, L, C]`` and ``y [B, H, C]``.
+    """
+    if series.dim() == 1:
+        series = series[:, None]
+    starts = torch.as_tensor(starts, dtype=torch.long)
+    if len(starts) and (
+        int(starts.min()) < 0 or int(starts.max()) + context + horizon > len(series)
+    ):
+        raise ValueError(
+            f"windows: every start must satisfy 0 <= s and s + L + H <= T={len(series)}"
+        )
+    idx = starts[:, None] + torch.arange(context + horizon)  # [B, L + H]
+    both = series[idx]  # [B, L + H, C]
+    return both[:, :context], both[:, context:]
+
+
+def naive_forecast(x: Tensor, horizon: int) -> Tensor:
+    """Repeat the last observed value: ``x [B, L, C] -> [B, H, C]``."""
+    return x[:, -1:].expand(-1, horizon, -1)
+
+
+def seasonal_naive_forecast(x: Tensor, horizon: int, season: int) -> Tensor:
+    """Repeat the last full season: ``y_hat[t + h] = x[t + h - m k]``, the smallest k >= 1.
+
+    ``x [B, L, C] -> [B, H, C]``; needs ``L >= season``.
+    """
+    if x.shape[1] < season:
+        raise ValueError(f"seasonal_naive_forecast: context {x.shape[1]} < season {season}")
+    last = x[:, -season:]  # [B, m, C]
+    reps = math.ceil(horizon / season)
+    return last.repeat(1, reps, 1)[:, :horizon]
