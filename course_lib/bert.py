@@ -1,0 +1,288 @@
+"""BERT: a bidirectional encoder, masked language modelling, a [CLS] classifier (Chapter 12).
+
+* :class:`BertEncoder`: token + position + segment embeddings, a layer norm
+  (12.1) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
+  :class:`~course_lib.transformer.EncoderBlock` with GELU and **no** causal
+  mask: every token sees every token.  ``forward`` returns the hidden states
+  and the pooled [CLS] vector ``tanh(W_p h_0 + b_p)``.  Laid out so that
+  :func:`load_hf_bert` copies a Hugging Face ``BertModel`` into it exactly.
+* :class:`MaskedLM`: the MLM head (12.2) ``softmax(E g(h_t) + b)`` with
+  ``g = LN(GELU(W h + c))`` and the output matrix *tied* to the token embedding E.
+* :func:`mask_tokens`: BERT's masking (12.3): 15% of the non-special tokens
+  are selected; of those 80% become [MASK], 10% a random token, 10% stay;
+  the labels are the original ids there and -100 (ignored) elsewhere.
+* :class:`Classifier`: a linear layer on the pooled [CLS] vector.
+* :func:`encoder_parameters`: the parameter count of an encoder (or GPT-1-like
+  decoder) from its configuration, and :func:`block_parameters`, one block's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_lib.transformer import EncoderBlock
+
+__all__ = [
+    "BertConfig",
+    "BERT_BASE",
+    "XLMR_LARGE",
+    "GPT1",
+    "BertEncoder",
+    "MaskedLM",
+    "Classifier",
+    "mask_tokens",
+    "mlm_loss",
+    "block_parameters",
+    "encoder_parameters",
+    "load_hf_bert",
+]
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """The sizes that fix an encoder's parameter count (names as in ``transformers``)."""
+
+    vocab_size: int
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    dropout: float = 0.1
+
+
+#: Devlin et al. (2019), ``bert-base-uncased``.
+BERT_BASE = BertConfig(vocab_size=30522)
+#: Conneau et al. (2020), ``xlm-roberta-large``: 514 positions (2 reserved), one segment.
+XLMR_LARGE = BertConfig(
+    vocab_size=250002,
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    max_position_embeddings=514,
+    type_vocab_size=1,
+    layer_norm_eps=1e-5,
+)
+#: Radford et al. (2018), GPT-1 (``openai-gpt``): 40,478 BPE tokens, 512 positions, no segments.
+GPT1 = BertConfig(vocab_size=40478, type_vocab_size=0, layer_norm_eps=1e-5)
+
+
+def block_parameters(d: int, d_ff: int) -> int:
+    """Parameters of one Transformer block of width ``d`` without cross-attention.
+
+    Attention ``4 d^2 + 4 d`` (W_Q, W_K, W_V, W_O and biases), feed-forward
+    ``2 d d_ff + d_ff + d``, two layer norms ``4 d``.  The same for an encoder
+    block and a decoder-only block: the causal mask has no parameters.
+    """
+    return (4 * d * d + 4 * d) + (2 * d * d_ff + d_ff + d) + 4 * d
+
+
+def encoder_parameters(cfg: BertConfig, *, pooler: bool = True, embedding_norm: bool = True) -> int:
+    """Total parameters of a BERT-like model from ``cfg`` (the MLM head's matrix is tied).
+
+    Embeddings ``(V + P + S) d`` (+ ``2 d`` for their layer norm), ``L`` blocks
+    (:func:`block_parameters`), and the pooler ``d^2 + d``.  GPT-1 is
+    ``pooler=False, embedding_norm=False`` with no segments.
+    """
+    d = cfg.hidden_size
+    emb = (cfg.vocab_size + cfg.max_position_embeddings + cfg.type_vocab_size) * d
+    emb += 2 * d if embedding_norm else 0
+    blocks = cfg.num_hidden_layers * block_parameters(d, cfg.intermediate_size)
+    return emb + blocks + (d * d + d if pooler else 0)
+
+
+class BertEncoder(nn.Module):
+    """A BERT encoder; ``forward(input_ids [B, T], token_type_ids=None, attention_mask=None)``.
+
+    Returns ``(hidden [B, T, D], pooled [B, D])``.  ``attention_mask`` [B, T] is
+    1 / True at real tokens (padding is never attended to).  No causal mask.
+    """
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.hidden_size
+        self.tok = nn.Embedding(cfg.vocab_size, d)  # E [V, D]
+        self.pos = nn.Embedding(cfg.max_position_embeddings, d)  # P [L_max, D]
+        self.seg = nn.Embedding(max(cfg.type_vocab_size, 1), d)  # S [n_seg, D]
+        self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(
+            EncoderBlock(
+                d,
+                cfg.num_attention_heads,
+                cfg.intermediate_size,
+                cfg.dropout,
+                norm_first=False,  # BERT is post-norm, (4.2)
+                activation="gelu",
+                eps=cfg.layer_norm_eps,
+            )
+            for _ in range(cfg.num_hidden_layers)
+        )
+        self.pooler = nn.Linear(d, d)
+        for m in self.modules():  # BERT's initialisation: N(0, 0.02) matrices, zero biases
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+        for layer in self.layers:
+            nn.init.normal_(layer.self_attn.in_proj_weight, std=0.02)
+
+    def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        """(12.1) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"BertEncoder: input_ids must be [B, T], got {list(input_ids.shape)}")
+        t = input_ids.shape[1]
+        if t > self.cfg.max_position_embeddings:
+            raise ValueError(f"BertEncoder: length {t} > {self.cfg.max_position_embeddings}")
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.tok(input_ids) + self.pos(torch.arange(t, device=input_ids.device))
+        return self.dropout(self.norm(x + self.seg(token_type_ids)))
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        token_type_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        x = self.embed(input_ids, token_type_ids)
+        kpm = None if attention_mask is None else attention_mask.bool()
+        for layer in self.layers:
+            x = layer(x, key_padding_mask=kpm)  # no mask: bidirectional
+        return x, torch.tanh(self.pooler(x[:, 0]))  # pooled [CLS]
+
+
+class MaskedLM(nn.Module):
+    """Encoder + MLM head (12.2), output matrix tied to the token embedding.
+
+    ``forward(input_ids, token_type_ids=None, attention_mask=None) -> logits [B, T, V]``.
+    """
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        d = cfg.hidden_size
+        self.encoder = BertEncoder(cfg)
+        self.transform = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        nn.init.normal_(self.transform.weight, std=0.02)
+        nn.init.zeros_(self.transform.bias)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        token_type_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+    ) -> Tensor:
+        h, _ = self.encoder(input_ids, token_type_ids, attention_mask)
+        return self.head(h)
+
+    def head(self, h: Tensor) -> Tensor:
+        """(12.2) logits ``E g(h) + b`` [..., V] of hidden states ``h`` [..., D]."""
+        g = self.norm(F.gelu(self.transform(h)))
+        return F.linear(g, self.encoder.tok.weight, self.bias)  # tied: E g + b
+
+
+def mlm_loss(model: MaskedLM, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Cross-entropy at the selected positions only (labels -100 are ignored).
+
+    ``batch = (inputs [B, T], labels [B, T])``.  The read-out (a [V, D] product)
+    runs at the selected positions only, as BERT's code does: about 15% of the
+    cost of scoring every position, for the same loss.
+    """
+    inputs, labels = batch
+    h, _ = model.encoder(inputs)
+    selected = labels != -100  #                                               [B, T]
+    return F.cross_entropy(model.head(h[selected]), labels[selected])
+
+
+class Classifier(nn.Module):
+    """A sequence classifier: ``W_c pooled([CLS]) + b_c``; ``forward(...) -> logits [B, C]``."""
+
+    def __init__(self, encoder: BertEncoder, num_classes: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(encoder.cfg.hidden_size, num_classes)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        token_type_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+    ) -> Tensor:
+        _, pooled = self.encoder(input_ids, token_type_ids, attention_mask)
+        return self.out(self.dropout(pooled))
+
+
+def mask_tokens(
+    ids: Tensor,
+    *,
+    vocab_size: int,
+    mask_id: int,
+    special_ids: tuple[int, ...] | list[int] = (),
+    prob: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """BERT's masking (12.3); returns ``(inputs, labels)``, both shaped like ``ids``.
+
+    Each token that is not in ``special_ids`` is selected with probability
+    ``prob``.  A selected token becomes ``mask_id`` with probability 0.8, a token
+    drawn uniformly from the vocabulary with probability 0.1, and stays itself
+    with probability 0.1.  ``labels`` holds the original id at the selected
+    positions and -100 everywhere else (ignored by the loss).
+    """
+    if not 0.0 <= prob <= 1.0:
+        raise ValueError(f"mask_tokens: prob must be in [0, 1], got {prob}")
+    dev = ids.device
+    u = torch.rand(ids.shape, generator=generator, device=dev)
+    special = torch.isin(ids, torch.tensor(list(special_ids), dtype=ids.dtype, device=dev))
+    selected = (u < prob) & ~special
+    labels = torch.where(selected, ids, torch.full_like(ids, -100))
+    r = torch.rand(ids.shape, generator=generator, device=dev)
+    inputs = ids.clone()
+    inputs[selected & (r < 0.8)] = mask_id
+    swap = selected & (r >= 0.8) & (r < 0.9)
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator, device=dev)
+    inputs[swap] = random_ids[swap]
+    return inputs, labels
+
+
+@torch.no_grad()
+def load_hf_bert(model: BertEncoder, state: dict[str, Tensor]) -> BertEncoder:
+    """Copy a Hugging Face ``BertModel`` state dict into ``model`` (same config); returns it."""
+    state = {k.removeprefix("bert."): v for k, v in state.items()}
+    ours = {
+        "tok.weight": state["embeddings.word_embeddings.weight"],
+        "pos.weight": state["embeddings.position_embeddings.weight"],
+        "seg.weight": state["embeddings.token_type_embeddings.weight"],
+        "norm.weight": state["embeddings.LayerNorm.weight"],
+        "norm.bias": state["embeddings.LayerNorm.bias"],
+        "pooler.weight": state["pooler.dense.weight"],
+        "pooler.bias": state["pooler.dense.bias"],
+    }
+    for i in range(len(model.layers)):
+        h, b = f"encoder.layer.{i}.", f"layers.{i}."
+        att = h + "attention.self."
+        for kind in ("weight", "bias"):
+            ours[b + f"self_attn.in_proj_{kind}"] = torch.cat(
+                [state[att + f"{n}.{kind}"] for n in ("query", "key", "value")]
+            )
+            for theirs, mine in {
+                "attention.output.dense": "self_attn.out_proj",
+                "attention.output.LayerNorm": "norm1",
+                "intermediate.dense": "ff.linear1",
+                "output.dense": "ff.linear2",
+                "output.LayerNorm": "norm2",
+            }.items():
+                ours[b + f"{mine}.{kind}"] = state[h + f"{theirs}.{kind}"]
+    model.load_state_dict(ours)
+    return model

@@ -1,0 +1,351 @@
+"""A small GPT: a decoder-only character language model, sampling and LoRA (Chapter 11).
+
+The model is the library's decoder-only Transformer
+(:class:`course_lib.transformer.DecoderOnly`: token and learned position
+embeddings, pre-norm :class:`~course_lib.transformer.EncoderBlock` run with the
+causal mask (3.4), a final layer norm, a linear read-out).  This module adds
+what a language model needs around it:
+
+* the next-token objective (11.1) ``L = -1/T sum_t log p(x_{t+1} | x_{<=t})``
+  and perplexity ``PPL = exp(L)`` (11.2) (:func:`batches`, :func:`train_lm`,
+  :func:`evaluate`; the loss itself is :func:`course_lib.positional.lm_loss`);
+* checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`);
+* sampling with a temperature and top-k (11.3), seeded (:func:`sample`);
+* LoRA (11.4) ``y = W x + b + (alpha / r) B A x`` with ``W`` frozen, ``A`` [r, in],
+  ``B`` [out, r] = 0 at the start (:class:`LoRALinear`, :func:`add_lora`,
+  :func:`merge_lora`);
+* a weight converter from Hugging Face's ``GPT2Model`` (:func:`load_gpt2_weights`),
+  which the tests use to check the blocks against GPT-2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_lib.positional import evaluate_lm, lm_loss
+from course_lib.training import train
+from course_lib.transformer import DecoderOnly
+
+__all__ = [
+    "CharVocab",
+    "GPT",
+    "batches",
+    "train_lm",
+    "evaluate",
+    "save_checkpoint",
+    "load_checkpoint",
+    "sample",
+    "LoRALinear",
+    "add_lora",
+    "merge_lora",
+    "count_parameters",
+    "load_gpt2_weights",
+]
+
+
+class CharVocab:
+    """Characters <-> integers: ``encode(str) -> Tensor [N]``, ``decode(ids) -> str``."""
+
+    def __init__(self, text: str) -> None:
+        self.chars = sorted(set(text))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> Tensor:
+        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: Tensor | list[int]) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+class GPT(DecoderOnly):
+    """A decoder-only LM from the library's blocks; ``forward(tokens [B, T]) -> logits [B, T, V]``.
+
+    Same arguments as :class:`~course_lib.transformer.DecoderOnly`, with GELU and
+    ``d_ff = 4 d_model`` by default (GPT's choices).  ``config`` holds the
+    arguments, so a checkpoint can rebuild the model.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        *,
+        max_len: int = 128,
+        activation: str = "gelu",
+    ) -> None:
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        super().__init__(
+            vocab_size,
+            d_model,
+            num_heads,
+            num_layers,
+            d_ff,
+            dropout,
+            max_len=max_len,
+            norm_first=True,
+            activation=activation,
+        )
+        self.config = dict(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            d_ff=d_ff,
+            dropout=dropout,
+            max_len=max_len,
+            activation=activation,
+        )
+
+    def hidden_states(self, tokens: Tensor) -> Tensor:
+        """The final (normed) hidden states [B, T, D], before the read-out."""
+        return self.blocks(self.embed(tokens), is_causal=True)
+
+
+def batches(
+    data: Tensor, block: int, batch_size: int, *, generator: torch.Generator, device=None
+) -> Callable[[], tuple[Tensor, Tensor]]:
+    """A ``make_batch()`` for :func:`course_lib.training.train`: random windows of ``data``.
+
+    Each call returns ``(x [B, block], y [B, block])`` with ``y`` = ``x`` shifted
+    by one (the next-token targets), start positions drawn with ``generator``.
+    """
+    if data.dim() != 1 or data.numel() <= block:
+        raise ValueError(f"batches: data must be [N] with N > block={block}")
+    offsets = torch.arange(block + 1)
+
+    def make_batch() -> tuple[Tensor, Tensor]:
+        starts = torch.randint(data.numel() - block, (batch_size,), generator=generator)
+        windows = data[starts[:, None] + offsets]  #                         [B, block + 1]
+        return windows[:, :-1].to(device), windows[:, 1:].to(device)
+
+    return make_batch
+
+
+def train_lm(
+    model: nn.Module,
+    data: Tensor,
+    steps: int,
+    *,
+    block: int = 64,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    progress: bool = True,
+    desc: str = "training",
+    **kwargs,
+) -> list[float]:
+    """Train on random windows of ``data`` with the next-token loss (11.1); per-step losses.
+
+    The course's loop :func:`course_lib.training.train` does the work; ``seed``
+    fixes the order of the windows.
+    """
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    make_batch = batches(data, block, batch_size, generator=g, device=device)
+    return train(model, make_batch, lm_loss, steps, lr, progress=progress, desc=desc, **kwargs)
+
+
+def evaluate(
+    model: nn.Module, data: Tensor, *, block: int = 64, num_chars: int = 32768
+) -> tuple[float, float]:
+    """``(loss, perplexity)`` on the first ``num_chars`` targets of ``data`` (11.1)-(11.2).
+
+    Consecutive windows of ``block`` tokens (:func:`course_lib.positional.evaluate_lm`);
+    deterministic.  ``num_chars`` is rounded down to a multiple of ``block``.
+    """
+    num_chars = min(num_chars, data.numel() - 1) // block * block
+    loss = float(evaluate_lm(model, data, block, num_chars=num_chars))
+    return loss, math.exp(loss)
+
+
+def save_checkpoint(model: GPT, path: str | Path, **extra) -> None:
+    """Write ``model``'s configuration, weights and any ``extra`` values to ``path``."""
+    torch.save({"config": model.config, "state_dict": model.state_dict(), "extra": extra}, path)
+
+
+def load_checkpoint(path: str | Path, map_location=None) -> tuple[GPT, dict]:
+    """Rebuild the :class:`GPT` saved at ``path``; returns ``(model, extra)``."""
+    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    model = GPT(**ckpt["config"])
+    model.load_state_dict(ckpt["state_dict"])
+    return model, ckpt["extra"]
+
+
+@torch.no_grad()
+def sample(
+    model: nn.Module,
+    prompt: Tensor,
+    steps: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> Tensor:
+    """Continue ``prompt`` [T] (or [B, T]) by ``steps`` sampled tokens, Chapter 11, (11.3).
+
+    ``p = softmax(z / temperature)`` over the ``top_k`` largest logits only
+    (others get probability 0); ``temperature=0`` is greedy decoding.  The
+    draws use their own generator seeded with ``seed``: the same call returns
+    the same tokens.  The context is cut to the model's last ``max_len`` tokens.
+    """
+    if temperature < 0:
+        raise ValueError(f"sample: temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"sample: top_k must be >= 1 or None, got {top_k}")
+    device = next(model.parameters()).device
+    tokens = (prompt[None] if prompt.dim() == 1 else prompt).to(device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    for _ in range(steps):
+        logits = model(tokens[:, -model.embed.max_len :])[:, -1].float()  #      [B, V]
+        if temperature == 0:
+            nxt = logits.argmax(-1, keepdim=True)
+        else:
+            logits = logits / temperature
+            if top_k is not None and top_k < logits.shape[-1]:
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]  #              [B, 1]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=g)  #  [B, 1]
+        tokens = torch.cat([tokens, nxt], dim=1)
+    model.train(was_training)
+    return tokens[0] if prompt.dim() == 1 else tokens
+
+
+class LoRALinear(nn.Module):
+    """A frozen ``nn.Linear`` plus a trainable low-rank update, Chapter 11, (11.4).
+
+    ``y = x W^T + b + (alpha / r) x A^T B^T``, ``A`` [r, in] random (Kaiming, as
+    in the LoRA paper's code), ``B`` [out, r] zero, so the wrapped layer starts
+    equal to the base.  Only ``A`` and ``B`` train: ``r (in + out)`` parameters
+    instead of ``in * out``.  :meth:`merged` folds the update into one ``nn.Linear``.
+    """
+
+    def __init__(self, base: nn.Linear, r: int = 4, alpha: float = 8.0) -> None:
+        super().__init__()
+        if r < 1:
+            raise ValueError(f"LoRALinear: r must be >= 1, got {r}")
+        self.base, self.r, self.scale = base, r, alpha / r
+        for p in base.parameters():
+            p.requires_grad_(False)
+        w = base.weight
+        self.lora_A = nn.Parameter(torch.empty(r, base.in_features, device=w.device, dtype=w.dtype))
+        self.lora_B = nn.Parameter(
+            torch.zeros(base.out_features, r, device=w.device, dtype=w.dtype)
+        )
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+
+    @property
+    def weight(self) -> Tensor:
+        """The effective weight ``W + (alpha / r) B A`` [out, in]."""
+        return self.base.weight + self.scale * self.lora_B @ self.lora_A
+
+    @property
+    def bias(self) -> Tensor | None:
+        return self.base.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.base(x) + self.scale * F.linear(F.linear(x, self.lora_A), self.lora_B)
+
+    @torch.no_grad()
+    def merged(self) -> nn.Linear:
+        """One ``nn.Linear`` with weight ``W + (alpha / r) B A``: same outputs, no extra cost."""
+        w = self.base.weight
+        out = nn.Linear(
+            self.base.in_features, self.base.out_features, self.bias is not None, w.device, w.dtype
+        )
+        out.weight.copy_(self.weight)
+        if self.bias is not None:
+            out.bias.copy_(self.bias)
+        return out
+
+
+def _replace(model: nn.Module, pick, make) -> int:
+    names = [n for n, m in model.named_modules() if pick(n, m)]
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, make(getattr(parent, child)))
+    return len(names)
+
+
+def add_lora(
+    model: nn.Module,
+    r: int = 4,
+    alpha: float = 8.0,
+    targets: tuple[str, ...] = ("out_proj", "linear1", "linear2"),
+) -> nn.Module:
+    """Freeze ``model`` and wrap every ``nn.Linear`` whose name ends in ``targets`` (in place).
+
+    Default targets: each block's attention output projection and both
+    feed-forward layers.  Returns the model; only the LoRA factors train.
+    """
+    for p in model.parameters():
+        p.requires_grad_(False)
+    n = _replace(
+        model,
+        lambda name, m: type(m) is nn.Linear and name.rsplit(".", 1)[-1] in targets,
+        lambda m: LoRALinear(m, r, alpha),
+    )
+    if n == 0:
+        raise ValueError(f"add_lora: no nn.Linear named {targets} in the model")
+    return model
+
+
+def merge_lora(model: nn.Module) -> nn.Module:
+    """Replace every :class:`LoRALinear` by its merged ``nn.Linear`` (in place); returns the model."""
+    _replace(model, lambda name, m: isinstance(m, LoRALinear), lambda m: m.merged())
+    return model
+
+
+def count_parameters(model: nn.Module, trainable: bool = False) -> int:
+    """Number of parameters (only those with ``requires_grad`` if ``trainable``)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)
+
+
+@torch.no_grad()
+def load_gpt2_weights(model: GPT, state: dict[str, Tensor]) -> GPT:
+    """Copy a Hugging Face ``GPT2Model`` state dict into ``model`` (same sizes); returns it.
+
+    GPT-2's ``Conv1D`` stores weights as [in, out], so every matrix is transposed;
+    ``c_attn`` is already ``[W_Q; W_K; W_V]``, our ``in_proj_weight`` layout.  Use
+    ``activation_function="gelu"`` in the ``GPT2Config`` (GPT-2 itself uses the
+    tanh approximation, ``"gelu_new"``, which the library's blocks do not offer).
+    """
+    state = {k.removeprefix("transformer."): v for k, v in state.items()}
+    ours = {"embed.tok.weight": state["wte.weight"], "embed.pos.weight": state["wpe.weight"]}
+    ours["blocks.norm.weight"], ours["blocks.norm.bias"] = state["ln_f.weight"], state["ln_f.bias"]
+    for i in range(len(model.blocks.layers)):
+        h, b = f"h.{i}.", f"blocks.layers.{i}."
+        pairs = {
+            "ln_1": "norm1",
+            "ln_2": "norm2",
+            "attn.c_proj": "self_attn.out_proj",
+            "mlp.c_fc": "ff.linear1",
+            "mlp.c_proj": "ff.linear2",
+        }
+        for theirs, mine in pairs.items():
+            w = state[h + theirs + ".weight"]
+            ours[b + mine + ".weight"] = w if theirs.startswith("ln") else w.T
+            ours[b + mine + ".bias"] = state[h + theirs + ".bias"]
+        ours[b + "self_attn.in_proj_weight"] = state[h + "attn.c_attn.weight"].T
+        ours[b + "self_attn.in_proj_bias"] = state[h + "attn.c_attn.bias"]
+    missing = [k for k in model.state_dict() if k not in ours and not k.startswith("head.")]
+    if missing:
+        raise KeyError(f"load_gpt2_weights: no GPT-2 weight for {missing}")
+    for k, v in ours.items():
+        model.state_dict()[k].copy_(v)
+    return model

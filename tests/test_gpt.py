@@ -1,0 +1,114 @@
+"""Chapter 11: the GPT from the library's blocks, matched to GPT-2; sampling; checkpoints; LoRA."""
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2Model
+
+from course_lib import gpt
+
+
+def small_gpt(seed=0, **kw):
+    torch.manual_seed(seed)
+    return gpt.GPT(50, d_model=32, num_heads=4, num_layers=2, max_len=16, **kw).eval()
+
+
+def test_blocks_match_gpt2():
+    cfg = GPT2Config(
+        vocab_size=50,
+        n_positions=16,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+        bos_token_id=None,
+        eos_token_id=None,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(1)
+    hf = GPT2Model(cfg).eval()
+    with torch.no_grad():  # non-trivial layer norms and biases
+        for p in hf.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    ours = gpt.load_gpt2_weights(small_gpt(), hf.state_dict())
+    tokens = torch.randint(50, (3, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = hf(tokens).last_hidden_state
+        got = ours.hidden_states(tokens)
+    assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
+    # and a different model (other weights) does not match
+    with torch.no_grad():
+        assert (small_gpt(seed=5).hidden_states(tokens) - expected).abs().max() > 1e-2
+
+
+def test_causal_no_peeking():
+    model = small_gpt()
+    x = torch.randint(50, (1, 10))
+    y = x.clone()
+    y[0, 6:] = (y[0, 6:] + 1) % 50  # change the future only
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert torch.allclose(a[0, :6], b[0, :6], atol=1e-6)
+    assert not torch.allclose(a[0, 6:], b[0, 6:], atol=1e-3)
+
+
+def test_sampling_is_seeded_and_respects_top_k():
+    model = small_gpt()
+    prompt = torch.tensor([1, 2, 3])
+    a = gpt.sample(model, prompt, 20, temperature=1.0, seed=3)
+    b = gpt.sample(model, prompt, 20, temperature=1.0, seed=3)
+    c = gpt.sample(model, prompt, 20, temperature=1.0, seed=4)
+    assert a.shape == (23,) and torch.equal(a[:3], prompt)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    greedy = gpt.sample(model, prompt, 5, temperature=0)
+    assert torch.equal(gpt.sample(model, prompt, 5, top_k=1, seed=9), greedy)
+    with pytest.raises(ValueError, match="temperature"):
+        gpt.sample(model, prompt, 1, temperature=-1)
+
+
+def test_checkpoint_roundtrip(tmp_path):
+    model = small_gpt()
+    gpt.save_checkpoint(model, tmp_path / "m.pt", step=7)
+    loaded, extra = gpt.load_checkpoint(tmp_path / "m.pt")
+    x = torch.randint(50, (2, 8))
+    assert extra == {"step": 7}
+    with torch.no_grad():
+        assert torch.equal(model(x), loaded.eval()(x))
+
+
+def test_lora_freezes_base_and_merges():
+    model = small_gpt()
+    total = gpt.count_parameters(model)
+    x = torch.randint(50, (2, 12))
+    with torch.no_grad():
+        before = model(x)
+    gpt.add_lora(model, r=2, alpha=4.0)
+    d, f, r = 32, 128, 2
+    per_layer = r * (d + d) + r * (d + f) + r * (f + d)  # out_proj, linear1, linear2
+    assert gpt.count_parameters(model, trainable=True) == 2 * per_layer
+    assert gpt.count_parameters(model) == total + 2 * per_layer
+    with torch.no_grad():
+        assert torch.equal(model(x), before)  # B = 0 at the start
+        for m in model.modules():
+            if isinstance(m, gpt.LoRALinear):
+                m.lora_B.normal_()
+        unmerged = model(x)
+    assert (unmerged - before).abs().max() > 1e-2
+    gpt.merge_lora(model)
+    assert not any(isinstance(m, gpt.LoRALinear) for m in model.modules())
+    assert gpt.count_parameters(model) == total
+    with torch.no_grad():
+        assert torch.allclose(model(x), unmerged, atol=1e-5)
+
+
+def test_training_lowers_loss():
+    torch.manual_seed(0)
+    data = torch.arange(400) % 7  # a periodic sequence: easy to predict
+    model = gpt.GPT(7, d_model=16, num_heads=2, num_layers=1, max_len=16)
+    before, _ = gpt.evaluate(model, data, block=16, num_chars=256)
+    gpt.train_lm(model, data, 60, block=16, batch_size=8, lr=1e-2, progress=False)
+    after, ppl = gpt.evaluate(model, data, block=16, num_chars=256)
+    assert after < 0.5 * before and ppl == pytest.approx(torch.tensor(after).exp().item())

@@ -1,0 +1,212 @@
+"""course_lib.tokenization against Hugging Face tokenizers, and course_lib.embeddings (Chapter 5).
+
+The BPE trainer must learn exactly the merges of ``tokenizers``' ``BpeTrainer``
+on Tiny Shakespeare (same pre-tokenizer, no prefix), encode exactly as its
+``BPE`` model, and agree with a naive recount-everything loop; WordPiece
+segmentation must equal ``tokenizers``' ``WordPiece`` model on the same
+vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from functools import cache
+
+import pytest
+import torch
+
+from course_lib import embeddings as E
+from course_lib.data import tiny_shakespeare
+from course_lib.tokenization import (
+    BPETokenizer,
+    merge_pair,
+    pre_tokenize,
+    train_bpe,
+    word_counts,
+    wordpiece_tokenize,
+)
+
+
+@cache
+def _corpus() -> tuple[str, str]:
+    text = tiny_shakespeare()
+    n = int(0.9 * len(text))
+    return text[:n], text[n:]
+
+
+def _hf_bpe(text: str, vocab_size: int, prefix: str | None = None):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    extra = {} if prefix is None else {"continuing_subword_prefix": prefix}
+    tok = Tokenizer(models.BPE(unk_token="[UNK]", **extra))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=["[UNK]"],
+        show_progress=False,
+        **extra,
+    )
+    tok.train_from_iterator([text], trainer)
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in merges]
+    return tok, merges
+
+
+@cache
+def _ours(vocab_size: int, prefix: str = "") -> BPETokenizer:
+    return train_bpe(_corpus()[0], vocab_size, continuing_subword_prefix=prefix)
+
+
+@pytest.mark.parametrize("vocab_size", [300, 1500])
+def test_bpe_matches_hf_tokenizers_on_tiny_shakespeare(vocab_size):
+    train, valid = _corpus()
+    tok, merges = _hf_bpe(train, vocab_size)
+    ours = _ours(vocab_size)
+    assert len(ours) == vocab_size
+    assert ours.merges == merges  # same merges, in the same order
+    assert ours.vocab == tok.get_vocab()  # same ids
+    assert ours.encode(valid) == tok.encode(valid).ids  # same encoding of unseen text
+
+
+def test_bpe_with_prefix_differs_from_hf_only_in_order():
+    """With '##' both learn the same vocabulary and merges here, but tokenizers orders
+    equally frequent merges in hash order, which changes from run to run (and with it,
+    now and then, the tokenization of unseen text). So the sets are compared, and our
+    encoder is compared with tokenizers' encoder given *our* merge order."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    train, valid = _corpus()
+    tok, merges = _hf_bpe(train, 1000, prefix="##")
+    ours = _ours(1000, "##")
+    assert set(ours.vocab) == set(tok.get_vocab())
+    assert set(ours.merges) == set(merges)
+    same_merges = Tokenizer(
+        models.BPE(
+            vocab=dict(ours.vocab),
+            merges=list(ours.merges),
+            unk_token="[UNK]",
+            continuing_subword_prefix="##",
+        )
+    )
+    same_merges.pre_tokenizer = pre_tokenizers.Whitespace()
+    assert ours.tokenize(valid) == same_merges.encode(valid).tokens
+
+
+def _naive_bpe(counts: dict[str, int], vocab_size: int) -> list[tuple[str, str]]:
+    """Recount every pair after every merge (Sennrich et al.'s loop)."""
+    words = {tuple(w): c for w, c in counts.items()}
+    alphabet = sorted({ch for w in counts for ch in w})
+    ids = {t: i for i, t in enumerate(["[UNK]", *alphabet])}
+    merges = []
+    while len(ids) < vocab_size:
+        pairs = Counter()
+        for w, c in words.items():
+            for p in zip(w, w[1:], strict=False):
+                pairs[p] += c
+        if not pairs:
+            break
+        best = max(pairs, key=lambda p: (pairs[p], -ids[p[0]], -ids[p[1]]))
+        if pairs[best] < 2:
+            break
+        merges.append(best)
+        ids.setdefault(best[0] + best[1], len(ids))
+        words = {tuple(merge_pair(list(w), best, best[0] + best[1])): c for w, c in words.items()}
+    return merges
+
+
+def test_truncated_equals_training_a_smaller_vocabulary():
+    small = _ours(1500).truncated(300)
+    assert small.merges == _ours(300).merges and small.vocab == _ours(300).vocab
+
+
+def test_incremental_training_equals_the_naive_loop():
+    counts = word_counts(_corpus()[1][:20000])
+    assert train_bpe(counts, 250).merges == _naive_bpe(counts, 250)
+
+
+def test_merge_pair_does_not_overlap():
+    assert merge_pair(["a", "a", "a"], ("a", "a"), "aa") == ["aa", "a"]
+    assert merge_pair(["a", "b", "a", "b"], ("a", "b"), "ab") == ["ab", "ab"]
+
+
+def test_min_frequency_stops_training():
+    tok = train_bpe("ab ab ab cd", 100, min_frequency=2)
+    assert tok.merges == [("a", "b")]  # 'cd' occurs once
+
+
+def test_unseen_characters_become_unk():
+    ours = _ours(300)
+    assert "é" not in ours.vocab
+    assert ours.tokenize("café") == [*ours.tokenize_word("caf"), "[UNK]"]
+
+
+def test_decode_with_prefix_restores_the_words():
+    ours = _ours(1000, "##")
+    text = "To be, or not to be: unsexed Bolingbroke!"
+    assert ours.decode(ours.encode(text)) == " ".join(pre_tokenize(text))
+
+
+def test_wordpiece_matches_hf_wordpiece():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = _ours(1000, "##").vocab
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    text = _corpus()[1] + " café naïve " + "x" * 120
+    ours = [p for w in pre_tokenize(text) for p in wordpiece_tokenize(w, vocab)]
+    assert ours == tok.encode(text).tokens
+
+
+def test_wordpiece_greedy_longest_match():
+    vocab = {"un", "##want", "##ed", "want", "##w", "##a", "##n", "##t", "##e", "##d"}
+    assert wordpiece_tokenize("unwanted", vocab) == ["un", "##want", "##ed"]
+    assert wordpiece_tokenize("unknown", vocab) == ["[UNK]"]  # no piece for 'k'
+    assert wordpiece_tokenize("want", vocab, max_chars=3) == ["[UNK]"]
+
+
+# ---------------------------------------------------------------------------
+# embeddings
+# ---------------------------------------------------------------------------
+
+
+def test_lookup_equals_one_hot_product_and_nn_embedding():
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(6, 3, generator=g)
+    ids = torch.tensor([[5, 0, 2], [1, 1, 4]])
+    ref = torch.nn.Embedding.from_pretrained(table)(ids)
+    assert torch.equal(E.embedding_lookup(table, ids), ref)
+    torch.testing.assert_close(E.one_hot_embedding(table, ids), ref)
+    assert E.one_hot(torch.tensor(5), 6).tolist() == [0, 0, 0, 0, 0, 1]  # index 5 = 6th row
+
+
+def test_lookup_gradient_touches_only_used_rows():
+    table = torch.randn(6, 3, requires_grad=True)
+    E.one_hot_embedding(table, torch.tensor([1, 4, 1])).sum().backward()
+    assert table.grad[[0, 2, 3, 5]].abs().sum() == 0
+    assert table.grad[1].tolist() == [2.0, 2.0, 2.0]  # used twice
+
+
+def test_lookup_errors():
+    with pytest.raises(ValueError, match=r"ids must lie in 0..5"):
+        E.embedding_lookup(torch.zeros(6, 3), torch.tensor([6]))
+    with pytest.raises(ValueError, match=r"table must be \[V, d\]"):
+        E.one_hot_embedding(torch.zeros(6), torch.tensor([1]))
+
+
+def test_ppmi_svd_finds_related_words():
+    words = [w.lower() for w in pre_tokenize(tiny_shakespeare())]
+    common = [w for w, _ in Counter(words).most_common(2000)]
+    index = {w: i for i, w in enumerate(common)}
+    ids = torch.tensor([index.get(w, len(common)) for w in words])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(
+        1
+    )  # a small SVD: as fast on one thread, and not stalled by a busy machine
+    try:
+        vectors = E.ppmi_svd_embeddings(ids, len(common), dim=64)
+    finally:
+        torch.set_num_threads(threads)
+    top, _ = E.nearest_neighbours(vectors, vectors[index["thou"]], k=6)
+    assert {"thyself", "art", "dost"} <= {common[i] for i in top.tolist()}
