@@ -1,0 +1,228 @@
+"""The Vision Transformer (ViT): an image as a sequence of patches (Chapter 13).
+
+Equation numbers refer to Chapter 13.  ``B`` batch, ``C`` image channels, ``H``,
+``W`` image height and width, ``P`` patch size, ``N = (H / P)(W / P)`` patches,
+``T = N + 1`` tokens (patches and the CLS token), ``D`` model size, ``h`` heads,
+``L`` layers, ``K`` classes.
+
+The model of Dosovitskiy et al. (2021), eqs. (13.1)-(13.4):
+
+* (13.1) patch embedding: cut the image into ``N`` patches of ``P x P`` pixels,
+  flatten each to ``C P^2`` numbers and map it linearly to ``D``:
+  ``z_0 = [x_cls; x_p^1 E; ...; x_p^N E] + E_pos``.  :class:`PatchEmbedding`
+  computes ``x_p E`` as a convolution with kernel and stride ``P``
+  (:meth:`PatchEmbedding.forward`) and, for teaching, as :func:`patchify`
+  followed by a matrix product (:meth:`PatchEmbedding.forward_linear`); the two
+  are the same function;
+* (13.2)-(13.3) ``L`` pre-norm encoder blocks, ``z' = z + MHA(LN z)``,
+  ``z = z' + MLP(LN z')`` (:class:`course_lib.transformer.EncoderBlock` with
+  ``norm_first=True`` and GELU);
+* (13.4) ``y = LN(z_L^0)``: the final layer norm applied to the CLS token, then
+  a linear classification head.
+
+The parameter layout follows Hugging Face's ``ViTModel`` closely enough that the
+tests copy its weights into :class:`ViT` and match its output within 1e-5.
+:func:`attention_rollout` and :func:`cls_attention_map` turn the recorded
+attention weights into one map over the patch grid per image.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from course_lib.attention import record_attention
+from course_lib.transformer import EncoderBlock
+
+__all__ = ["patchify", "PatchEmbedding", "ViT", "attention_rollout", "cls_attention_map"]
+
+
+def _check_images(where: str, images: Tensor, channels: int, patch_size: int) -> None:
+    if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != channels:
+        shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"{where}: images must be [B, C={channels}, H, W], got {shape}")
+    h, w = images.shape[-2:]
+    if h % patch_size or w % patch_size:
+        raise ValueError(
+            f"{where}: image size {h}x{w} is not a multiple of the patch size {patch_size}"
+        )
+
+
+def patchify(images: Tensor, patch_size: int) -> Tensor:
+    """Cut images into flattened, non-overlapping patches, eq. (13.1).
+
+    ``images`` [B, C, H, W] -> ``[B, N, C * P * P]`` with ``N = (H/P) (W/P)``,
+    patches in row-major order over the grid (left to right, then top to
+    bottom) and each patch flattened channel first, then row, then column: the
+    order of ``Conv2d.weight.flatten(1)``, so that ``patchify(x) @ W.flatten(1).T``
+    equals the strided convolution.
+    """
+    if not isinstance(patch_size, int) or patch_size < 1:
+        raise ValueError(f"patchify: patch_size must be a positive int, got {patch_size!r}")
+    if not isinstance(images, Tensor) or images.dim() != 4:
+        shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"patchify: images must be [B, C, H, W], got {shape}")
+    _check_images("patchify", images, images.shape[1], patch_size)
+    b, c, h, w = images.shape
+    p = patch_size
+    x = images.reshape(b, c, h // p, p, w // p, p)  # [B, C, H/P, P, W/P, P]
+    x = x.permute(0, 2, 4, 1, 3, 5)  # [B, H/P, W/P, C, P, P]
+    return x.reshape(b, (h // p) * (w // p), c * p * p)  # [B, N, C P^2]
+
+
+class PatchEmbedding(nn.Module):
+    """Linear embedding of each ``P x P`` patch, eq. (13.1): ``x_p E + b``.
+
+    ``proj`` is ``nn.Conv2d(C, D, kernel_size=P, stride=P)``: one output
+    position per patch, so the convolution *is* the per-patch linear map, with
+    ``E = proj.weight.flatten(1).T`` [C P^2, D].  ``forward(images [B, C, H, W])
+    -> [B, N, D]``; :meth:`forward_linear` computes the same with
+    :func:`patchify` and a matrix product.
+    """
+
+    def __init__(self, in_channels: int, d_model: int, patch_size: int) -> None:
+        super().__init__()
+        if min(in_channels, d_model, patch_size) < 1:
+            raise ValueError(
+                "PatchEmbedding: in_channels, d_model and patch_size must be positive, got "
+                f"{in_channels}, {d_model}, {patch_size}"
+            )
+        self.in_channels, self.d_model, self.patch_size = in_channels, d_model, patch_size
+        self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: Tensor) -> Tensor:
+        _check_images("PatchEmbedding", images, self.in_channels, self.patch_size)
+        z = self.proj(images)  # strided convolution                 [B, D, H/P, W/P]
+        return z.flatten(2).transpose(1, 2)  # row-major patch order   [B, N, D]
+
+    def forward_linear(self, images: Tensor) -> Tensor:
+        """The same map written as (13.1): flatten each patch, multiply by ``E``."""
+        _check_images("PatchEmbedding", images, self.in_channels, self.patch_size)
+        patches = patchify(images, self.patch_size)  # [B, N, C P^2]
+        e = self.proj.weight.flatten(1)  # E^T                                 [D, C P^2]
+        return patches @ e.T + self.proj.bias  # x_p E + b                        [B, N, D]
+
+
+class ViT(nn.Module):
+    """A Vision Transformer classifier, eqs. (13.1)-(13.4).
+
+    ``forward(images [B, C, H, W]) -> logits [B, K]``; :meth:`features` returns
+    every token after the final layer norm, ``[B, T, D]`` with the CLS token at
+    position 0; :meth:`attention_weights` returns the attention weights of every
+    layer, ``[L, B, h, T, T]``.
+
+    Parameters: ``patch_embed`` (:class:`PatchEmbedding`), ``cls_token`` [1, 1, D],
+    ``pos_embed`` [1, T, D] (learned, eq. (13.1)), ``blocks`` (``L`` pre-norm
+    :class:`~course_lib.transformer.EncoderBlock`, GELU), ``norm`` (the final
+    layer norm, eq. (13.4)) and ``head`` (``Linear(D, K)``).  ``eps`` is the
+    epsilon of every layer norm (Hugging Face's ViT uses 1e-12, the original
+    code 1e-6).
+    """
+
+    def __init__(
+        self,
+        image_size: int,
+        patch_size: int,
+        num_classes: int,
+        *,
+        in_channels: int = 1,
+        d_model: int = 64,
+        depth: int = 4,
+        num_heads: int = 4,
+        d_ff: int = 128,
+        dropout: float = 0.0,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(
+                f"ViT: image_size ({image_size}) must be a multiple of patch_size ({patch_size})"
+            )
+        if num_classes < 1 or depth < 1:
+            raise ValueError(f"ViT: num_classes ({num_classes}) and depth ({depth}) must be >= 1")
+        self.image_size, self.patch_size = image_size, patch_size
+        self.grid = image_size // patch_size
+        self.num_patches = self.grid**2
+        self.patch_embed = PatchEmbedding(in_channels, d_model, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))  # x_cls    [1, 1, D]
+        self.pos_embed = nn.Parameter(  # E_pos                                  [1, T, D]
+            torch.randn(1, self.num_patches + 1, d_model) * 0.02
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(
+                d_model, num_heads, d_ff, dropout, norm_first=True, activation="gelu", eps=eps
+            )
+            for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.head = nn.Linear(d_model, num_classes)
+
+    def features(self, images: Tensor) -> Tensor:
+        """Every token after the last block and the final layer norm, ``[B, T, D]``."""
+        if images.dim() != 4 or images.shape[-2:] != (self.image_size, self.image_size):
+            raise ValueError(
+                f"ViT: images must be [B, C, {self.image_size}, {self.image_size}], "
+                f"got {list(images.shape)}"
+            )
+        x = self.patch_embed(images)  # x_p E                                    [B, N, D]
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # [B, 1, D]
+        z = torch.cat([cls, x], dim=1) + self.pos_embed  # (13.1)                   [B, T, D]
+        z = self.dropout(z)
+        for block in self.blocks:  # (13.2)-(13.3) pre-norm blocks
+            z = block(z)
+        return self.norm(z)  # (13.4) LN                                         [B, T, D]
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.features(images)[:, 0])  # classify the CLS token   [B, K]
+
+    @torch.no_grad()
+    def attention_weights(self, images: Tensor) -> Tensor:
+        """The attention weights of every layer, ``[L, B, h, T, T]`` (row: query token)."""
+        with record_attention(self) as maps:
+            self.features(images)
+        return torch.stack([maps[f"blocks.{i}.self_attn"] for i in range(len(self.blocks))])
+
+
+def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020), eq. (13.5).
+
+    ``weights`` [L, B, h, T, T] (from :meth:`ViT.attention_weights`).  Each layer's
+    heads are averaged, the residual connection is accounted for as
+    ``A_l' = residual * I + (1 - residual) * mean_h A_l``, and the layers are
+    chained: ``R = A_L' ... A_1'``.  Returns ``R`` [B, T, T]; row ``t`` says how
+    much of token ``t``'s final representation flows from each input token.
+    Every row sums to 1.
+    """
+    if weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(
+            f"attention_rollout: weights must be [L, B, h, T, T], got {list(weights.shape)}"
+        )
+    if not 0.0 <= residual <= 1.0:
+        raise ValueError(f"attention_rollout: residual must be in [0, 1], got {residual}")
+    t = weights.shape[-1]
+    eye = torch.eye(t, dtype=weights.dtype, device=weights.device)
+    rollout = eye.expand(weights.shape[1], t, t)
+    for layer in weights:  # [B, h, T, T], first layer first
+        a = residual * eye + (1.0 - residual) * layer.mean(dim=1)  # [B, T, T]
+        rollout = a @ rollout  # R_l = A_l' R_{l-1}
+    return rollout
+
+
+def cls_attention_map(weights: Tensor, grid: int, *, rollout: bool = True) -> Tensor:
+    """What the CLS token looks at, as one ``[grid, grid]`` map per image.
+
+    ``weights`` [L, B, h, T, T] with ``T = grid**2 + 1``.  With ``rollout=True``
+    the CLS row of :func:`attention_rollout`; otherwise the CLS row of the last
+    layer, averaged over heads.  The CLS column is dropped and the ``N``
+    patch entries are rescaled to sum to 1.  Returns ``[B, grid, grid]``.
+    """
+    if weights.dim() != 5 or weights.shape[-1] != grid * grid + 1:
+        raise ValueError(
+            f"cls_attention_map: weights must be [L, B, h, T={grid * grid + 1}, T], "
+            f"got {list(weights.shape)}"
+        )
+    rows = attention_rollout(weights)[:, 0] if rollout else weights[-1].mean(dim=1)[:, 0]
+    patches = rows[:, 1:]  # drop the CLS column                           [B, N]
+    patches = patches / patches.sum(dim=-1, keepdim=True)
+    return patches.reshape(-1, grid, grid)

@@ -1,0 +1,131 @@
+"""course_lib.vit against Hugging Face's ViTModel, and its teaching forms against each other."""
+
+import pytest
+import torch
+from transformers import ViTConfig, ViTModel
+
+from course_lib import vit
+
+D, LAYERS, HEADS, FF, IMG, P = 16, 2, 2, 32, 8, 2
+
+
+def copy_from_hf(model: vit.ViT, hf: ViTModel) -> None:
+    """Copy a ViTModel's weights into ``model`` (head left as it is)."""
+    s = hf.state_dict()
+    with torch.no_grad():
+        model.cls_token.copy_(s["embeddings.cls_token"])
+        model.pos_embed.copy_(s["embeddings.position_embeddings"])
+        model.patch_embed.proj.weight.copy_(s["embeddings.patch_embeddings.projection.weight"])
+        model.patch_embed.proj.bias.copy_(s["embeddings.patch_embeddings.projection.bias"])
+        for i, block in enumerate(model.blocks):
+            p = f"layers.{i}."
+            attn = block.self_attn
+            attn.in_proj_weight.copy_(
+                torch.cat([s[p + f"attention.{n}_proj.weight"] for n in "qkv"])
+            )
+            attn.in_proj_bias.copy_(torch.cat([s[p + f"attention.{n}_proj.bias"] for n in "qkv"]))
+            attn.out_proj.weight.copy_(s[p + "attention.o_proj.weight"])
+            attn.out_proj.bias.copy_(s[p + "attention.o_proj.bias"])
+            for ours, theirs in (("norm1", "layernorm_before"), ("norm2", "layernorm_after")):
+                getattr(block, ours).weight.copy_(s[p + theirs + ".weight"])
+                getattr(block, ours).bias.copy_(s[p + theirs + ".bias"])
+            block.ff.linear1.weight.copy_(s[p + "mlp.fc1.weight"])
+            block.ff.linear1.bias.copy_(s[p + "mlp.fc1.bias"])
+            block.ff.linear2.weight.copy_(s[p + "mlp.fc2.weight"])
+            block.ff.linear2.bias.copy_(s[p + "mlp.fc2.bias"])
+        model.norm.weight.copy_(s["layernorm.weight"])
+        model.norm.bias.copy_(s["layernorm.bias"])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.manual_seed(0)
+    config = ViTConfig(
+        hidden_size=D,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FF,
+        image_size=IMG,
+        patch_size=P,
+        num_channels=1,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    hf = ViTModel(config, add_pooling_layer=False).eval()
+    with torch.no_grad():  # random, not zero, CLS token and position embeddings
+        for name, param in hf.named_parameters():
+            if "embeddings" in name or "layernorm" in name:
+                param.add_(0.5 * torch.randn_like(param))
+    model = vit.ViT(
+        IMG, P, 10, d_model=D, depth=LAYERS, num_heads=HEADS, d_ff=FF, eps=config.layer_norm_eps
+    ).eval()
+    copy_from_hf(model, hf)
+    return model, hf
+
+
+def test_matches_hugging_face(pair):
+    model, hf = pair
+    images = torch.rand(3, 1, IMG, IMG)
+    with torch.no_grad():
+        ref = hf(pixel_values=images).last_hidden_state
+        ours = model.features(images)
+    assert ours.shape == (3, (IMG // P) ** 2 + 1, D)
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_attention_weights_match_hugging_face(pair):
+    model, hf = pair
+    hf.config._attn_implementation = "eager"  # the eager path returns the weights
+    images = torch.rand(2, 1, IMG, IMG)
+    with torch.no_grad():
+        ref = torch.stack(hf(pixel_values=images, output_attentions=True).attentions)
+    ours = model.attention_weights(images)
+    assert ours.shape == (LAYERS, 2, HEADS, 17, 17)
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_patch_embedding_conv_equals_linear():
+    torch.manual_seed(1)
+    embed = vit.PatchEmbedding(3, 5, 4)
+    images = torch.randn(2, 3, 8, 12)
+    out = embed(images)
+    assert out.shape == (2, 6, 5)
+    torch.testing.assert_close(embed.forward_linear(images), out, atol=1e-5, rtol=0)
+
+
+def test_patchify_order():
+    images = torch.arange(2 * 4 * 4, dtype=torch.float32).reshape(1, 2, 4, 4)
+    patches = vit.patchify(images, 2)
+    assert patches.shape == (1, 4, 8)
+    # second patch (top right): channel 0 rows 0-1, cols 2-3, then channel 1
+    assert patches[0, 1].tolist() == [2, 3, 6, 7, 18, 19, 22, 23]
+
+
+def test_rollout_and_maps(pair):
+    model, _ = pair
+    weights = model.attention_weights(torch.rand(2, 1, IMG, IMG))
+    rollout = vit.attention_rollout(weights)
+    torch.testing.assert_close(rollout.sum(-1), torch.ones(2, 17))
+    # one layer, no residual: rollout is that layer's head average
+    one = vit.attention_rollout(weights[:1], residual=0.0)
+    torch.testing.assert_close(one, weights[0].mean(1))
+    maps = vit.cls_attention_map(weights, IMG // P)
+    assert maps.shape == (2, 4, 4)
+    torch.testing.assert_close(maps.sum((-1, -2)), torch.ones(2))
+    last = vit.cls_attention_map(weights, IMG // P, rollout=False)
+    expected = weights[-1].mean(1)[:, 0, 1:]
+    torch.testing.assert_close(last.flatten(1), expected / expected.sum(-1, keepdim=True))
+
+
+def test_errors():
+    model = vit.ViT(IMG, P, 10, d_model=D, depth=1, num_heads=HEADS, d_ff=FF)
+    with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\]"):
+        model(torch.rand(2, 1, 6, 6))
+    with pytest.raises(ValueError, match=r"images must be \[B, C=1, H, W\]"):
+        model(torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match="not a multiple of the patch size"):
+        vit.patchify(torch.rand(1, 1, 7, 8), 2)
+    with pytest.raises(ValueError, match="multiple of patch_size"):
+        vit.ViT(10, 3, 10)
+    with pytest.raises(ValueError, match=r"\[L, B, h, T, T\]"):
+        vit.attention_rollout(torch.rand(2, 3, 17, 17))
