@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.rnn import GRU, gru_cell
+from course_lib.shapes import expect_shape, fmt_shape
 
 __all__ = [
     # masks (Chapter 3, eqs. (3.3)-(3.4), (3.6); Chapter 2, eq. (2.8))
@@ -77,20 +78,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-def _fmt(shape: torch.Size | tuple[int, ...] | list[int]) -> str:
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
-
-
-def _need(where: str, name: str, t: Tensor, dims: list[tuple[str, int | None]]) -> None:
-    """Raise ValueError unless ``t`` has shape ``dims`` (size ``None``: any)."""
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    ok = t.dim() == len(dims) and all(
-        size is None or t.shape[i] == size for i, (_, size) in enumerate(dims)
-    )
-    if not ok:
-        want = ", ".join(label if size is None else f"{label}={size}" for label, size in dims)
-        raise ValueError(f"{where}: {name} must be [{want}], got {_fmt(t.shape)}")
+_fmt, _need = fmt_shape, expect_shape  # course_lib.shapes
 
 
 def _check_mask(where: str, mask: Tensor, scores_shape: torch.Size, name: str = "mask") -> None:
