@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,3 +38,15 @@ def book_build() -> BookBuild:
     (ROOT / "_build").mkdir(exist_ok=True)
     (ROOT / "_build" / "build.log").write_text(log)
     return BookBuild(proc.returncode, log, seconds, ROOT / "_build" / "html")
+
+
+@pytest.fixture
+def seed_and_one_thread():
+    """Seed 0 and one intra-op thread for the duration of a test: the library's
+    tests use tiny tensors, and on a shared 2-core machine thread synchronisation
+    makes small ops many times slower (the same choice as ``setup_notebook``)."""
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -35,15 +35,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> bool:
     return a.shape == b.shape and (a - b).abs().max().item() <= atol
 
 
-@pytest.fixture(autouse=True)
-def _seed_and_one_thread():
-    """Seed; and one intra-op thread: these tensors are tiny, and on a shared 2-core
-    machine thread synchronisation makes small ops many times slower."""
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Seeded, one intra-op thread (fixture in tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("seed_and_one_thread")
 
 
 def _randomise_norms(module: nn.Module) -> None:
