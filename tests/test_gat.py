@@ -141,11 +141,60 @@ def test_segment_softmax_is_stable():
     torch.testing.assert_close(alpha[2:, 0], torch.ones(2))
 
 
+def sparse_matrix(n=40, f=30, density=0.1, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, f, generator=gen)
+    return x * (torch.rand(n, f, generator=gen) < density)
+
+
+def test_sparse_features_layout():
+    x = sparse_matrix()
+    sf = gat.SparseFeatures(x)
+    assert sf.shape == x.shape and sf.values().numel() == x.count_nonzero()
+    assert torch.equal(sf.to_dense(), x) and torch.equal(sf.csr_t.to_dense(), x.T)
+    assert torch.equal(gat.SparseFeatures(x.to_sparse()).to_dense(), x)
+    new = sf.with_values(torch.arange(sf.values().numel(), dtype=torch.float))
+    assert torch.equal(new.csr_t.to_dense(), new.to_dense().T)  # x^T follows the new values
+
+
+def test_sparse_linear_gradient():
+    """x W^T and its gradient, with the stored transpose, equal the dense computation."""
+    x = sparse_matrix()
+    sf = gat.dropout(gat.SparseFeatures(x), 0.5)  # new values: the transpose must follow
+    w = torch.randn(8, 30, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
+    grad = torch.randn(40, 8)
+    gat._linear(sf, w).backward(grad)
+    (sf.to_dense() @ w_ref.T).backward(grad)
+    torch.testing.assert_close(w.grad, w_ref.grad, atol=1e-5, rtol=0)
+
+
+def test_dropout():
+    torch.manual_seed(0)
+    x = torch.ones(200, 500)
+    out = gat.dropout(x, 0.6)
+    assert set(out.unique().tolist()) == {0.0, 2.5}  # dropped, or scaled by 1 / (1 - p)
+    assert abs((out == 0).float().mean().item() - 0.6) < 0.01
+    assert gat.dropout(x, 0.6, training=False) is x and gat.dropout(x, 0.0) is x
+    assert not gat.dropout(x, 1.0).any()
+    sparse = sparse_matrix()
+    for form in (gat.SparseFeatures(sparse), sparse.to_sparse()):
+        dropped = gat.dropout(form, 0.5).to_dense()
+        assert not dropped[sparse == 0].any()  # a zero stays zero
+        kept = dropped[sparse != 0]
+        assert set(torch.round(kept / sparse[sparse != 0], decimals=4).unique().tolist()) <= {0, 2}
+    with pytest.raises(ValueError, match="p must be in"):
+        gat.dropout(x, 1.5)
+    with pytest.raises(ValueError, match="SparseFeatures"):
+        gat.dropout(sparse.to_sparse_csr(), 0.5)
+
+
 def test_sparse_features_and_models(graph):
     x, ei = graph
     for model in (gat.GAT(F_IN, 3, hidden=2, heads=2), gat.GCN(F_IN, 4, 3), gat.MLP(F_IN, 4, 3)):
         model.eval()
-        torch.testing.assert_close(model(x.to_sparse(), ei), model(x, ei), atol=1e-5, rtol=0)
+        for sparse in (x.to_sparse(), gat.SparseFeatures(x)):
+            torch.testing.assert_close(model(sparse, ei), model(x, ei), atol=1e-5, rtol=0)
     model = gat.GAT(F_IN, 3, hidden=2, heads=2).eval()
     dense = model(x, gat.to_dense_adjacency(ei, N), dense=True)
     torch.testing.assert_close(dense, model(x, ei), atol=1e-5, rtol=0)
@@ -175,3 +224,40 @@ def test_fit_node_classifier_learns():
         gat.GAT(2, 2, hidden=4, heads=2), x, ei, y, masks, lr=0.05, max_epochs=50, progress=False
     )
     assert res.test_acc == 1.0 and 1 <= res.epochs <= 50
+
+
+def small_task():
+    torch.manual_seed(0)
+    y = torch.arange(20) % 2
+    x = torch.nn.functional.one_hot(y, 2).float() + 0.5 * torch.randn(20, 2)
+    ei = torch.tensor([[i, (i + 2) % 20] for i in range(20)]).T
+    idx = torch.arange(20)
+    return x, ei, y, (idx < 8, (idx >= 8) & (idx < 12), idx >= 12)
+
+
+def test_fit_seeds_same_in_workers_as_in_process():
+    """Each run is seeded on its own, so spreading runs over processes changes no number."""
+    train = dict(lr=0.05, max_epochs=30, patience=10)
+    setups = {
+        "GAT": (gat.GAT, dict(in_features=2, num_classes=2, hidden=4, heads=2), train),
+        "MLP": (gat.MLP, dict(in_features=2, hidden=8, num_classes=2), train),
+    }
+    task = small_task()
+    one = gat.fit_seeds(setups, [0, 1], *task, workers=1)
+    two = gat.fit_seeds(setups, [0, 1], *task, workers=2)
+    for name in setups:
+        assert len(one[name]) == 2
+        for a, b in zip(one[name], two[name], strict=True):
+            assert a.history == b.history and (a.test_acc, a.best_epoch) == (
+                b.test_acc,
+                b.best_epoch,
+            )
+    assert one["GAT"][0].history != one["GAT"][1].history  # the seed matters
+
+
+def test_fit_seeds_errors():
+    task = small_task()
+    with pytest.raises(ValueError, match="must be \\(model class"):
+        gat.fit_seeds({"GAT": (gat.GAT, {}, 0.01)}, [0], *task)
+    with pytest.raises(ValueError, match="unknown training arguments \\['epochs'\\]"):
+        gat.fit_seeds({"MLP": (gat.MLP, {}, {"epochs": 5})}, [0], *task)
