@@ -51,6 +51,7 @@ import os
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import torch
@@ -774,8 +775,15 @@ def fit_seeds(
             futures = {
                 pool.submit(_run_one, setups[name], seed): (name, seed) for name, seed in runs
             }
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                bar.update()
+            try:
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.update()
+            except BrokenProcessPool as error:
+                raise RuntimeError(
+                    "fit_seeds: a worker process died before finishing its run. In a Python "
+                    "script, call fit_seeds under `if __name__ == '__main__':` (each worker "
+                    "imports the script again); if memory is short, pass workers=1."
+                ) from error
     bar.close()
     return {name: [results[name, seed] for seed in seeds] for name in setups}

@@ -1,5 +1,8 @@
 """course_lib.gat against PyTorch Geometric, and its two forms against each other."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv
@@ -261,3 +264,22 @@ def test_fit_seeds_errors():
         gat.fit_seeds({"GAT": (gat.GAT, {}, 0.01)}, [0], *task)
     with pytest.raises(ValueError, match="unknown training arguments \\['epochs'\\]"):
         gat.fit_seeds({"MLP": (gat.MLP, {}, {"epochs": 5})}, [0], *task)
+
+
+def test_fit_seeds_explains_a_missing_main_guard(tmp_path):
+    """Spawned workers re-import a script; without the guard they die: the error says why."""
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import torch\n"
+        "from course_lib import gat\n"
+        "x, ei, y = torch.randn(10, 3), torch.tensor([[0, 1], [1, 0]]), torch.arange(10) % 2\n"
+        "i = torch.arange(10)\n"
+        "masks = (i < 4, (i >= 4) & (i < 7), i >= 7)\n"
+        "setup = (gat.MLP, dict(in_features=3, hidden=4, num_classes=2), dict(max_epochs=3))\n"
+        "gat.fit_seeds({'MLP': setup}, [0, 1], x, ei, y, masks, workers=2)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode != 0
+    assert "call fit_seeds under `if __name__ == '__main__':`" in run.stderr
