@@ -245,7 +245,7 @@ class _SparseLinear(torch.autograd.Function):
         return None, None, (x_t_csr @ grad).T  # grad_W = (x^T grad)^T          [C, F]
 
 
-def dropout(x, p: float, training: bool = True):
+def dropout(x: Tensor | SparseFeatures, p: float, training: bool = True) -> Tensor | SparseFeatures:
     """Inverted dropout: zero each entry with probability ``p``, scale the rest by ``1 / (1 - p)``.
 
     The same distribution as ``F.dropout``, drawn from ``torch.rand``, which on
@@ -274,7 +274,7 @@ def dropout(x, p: float, training: bool = True):
     return x * ((torch.rand_like(x) >= p) * (1.0 / (1.0 - p)))
 
 
-def _linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+def _linear(x: Tensor | SparseFeatures, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x W^T + b`` for a dense tensor, a sparse COO tensor or :class:`SparseFeatures` ``x`` [N, F]."""
     if isinstance(x, SparseFeatures):
         out = _SparseLinear.apply(x.csr, x.csr_t, weight)
