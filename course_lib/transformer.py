@@ -168,19 +168,7 @@ class EncoderBlock(nn.Module):
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
         """A block computing the same function as ``layer`` (``batch_first=True``), weights copied."""
-        if not layer.self_attn.batch_first:
-            raise ValueError("EncoderBlock.from_torch: the torch layer must use batch_first=True")
-        block = cls(
-            layer.self_attn.embed_dim,
-            layer.self_attn.num_heads,
-            layer.linear1.out_features,
-            layer.dropout.p,
-            norm_first=layer.norm_first,
-            activation=_activation_name(layer),
-            eps=layer.norm1.eps,
-        )
-        block.load_state_dict(from_torch_state_dict(layer.state_dict()))
-        return block
+        return _block_from_torch(cls, layer)
 
 
 class DecoderBlock(nn.Module):
@@ -259,19 +247,27 @@ class DecoderBlock(nn.Module):
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
         """A block computing the same function as ``layer`` (``batch_first=True``), weights copied."""
-        if not layer.self_attn.batch_first:
-            raise ValueError("DecoderBlock.from_torch: the torch layer must use batch_first=True")
-        block = cls(
-            layer.self_attn.embed_dim,
-            layer.self_attn.num_heads,
-            layer.linear1.out_features,
-            layer.dropout.p,
-            norm_first=layer.norm_first,
-            activation=_activation_name(layer),
-            eps=layer.norm1.eps,
+        return _block_from_torch(cls, layer)
+
+
+def _block_from_torch(cls: type[nn.Module], layer: nn.Module) -> nn.Module:
+    """An :class:`EncoderBlock` or :class:`DecoderBlock` with the settings and weights of ``layer``."""
+    if not layer.self_attn.batch_first:
+        raise ValueError(
+            f"{cls.__name__}.from_torch: the torch layer must use batch_first=True "
+            "(build it with batch_first=True; the course's tensors are [B, T, D])"
         )
-        block.load_state_dict(from_torch_state_dict(layer.state_dict()))
-        return block
+    block = cls(
+        layer.self_attn.embed_dim,
+        layer.self_attn.num_heads,
+        layer.linear1.out_features,
+        layer.dropout.p,
+        norm_first=layer.norm_first,
+        activation=_activation_name(layer),
+        eps=layer.norm1.eps,
+    )
+    block.load_state_dict(from_torch_state_dict(layer.state_dict()))
+    return block
 
 
 class Encoder(nn.Module):
