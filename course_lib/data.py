@@ -31,8 +31,8 @@ loader                    returns                                used for
 
 Only :func:`fetch`, :func:`tiny_shakespeare` and :func:`cora` need files; the
 others come from packages (``networkx``, ``scikit-learn``, ``statsmodels``)
-installed by the ``data`` extra: ``pip install "course-lib[data]"``.  Those
-packages are imported inside the loaders, so ``import course_lib.data`` is
+installed by the ``data`` extra (``pip install -r requirements.txt`` in the
+repository installs them).  Those packages are imported inside the loaders, so ``import course_lib.data`` is
 cheap.
 """
 
@@ -230,7 +230,8 @@ def _require(module: str) -> ModuleType:
     except ImportError as exc:
         raise DataError(
             f"This loader needs the package {module.split('.')[0]!r}, which is not installed "
-            f'({exc}). Install the course\'s data extras: pip install "course-lib[data]"'
+            f"({exc}). Install the course's requirements: pip install -r requirements.txt "
+            "(from the repository's folder)"
         ) from None
 
 

@@ -181,7 +181,8 @@ class SparseFeatures:
     def __init__(self, x: Tensor, *, _parts: tuple[Tensor, Tensor, Tensor] | None = None) -> None:
         if _parts is None:
             if not isinstance(x, Tensor) or x.dim() != 2:
-                raise ValueError(f"SparseFeatures: x must be a 2-d tensor [N, F], got {x!r:.60}")
+                shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+                raise ValueError(f"SparseFeatures: x must be a 2-d tensor [N, F], got {shape}")
             x = x.to_dense() if x.layout != torch.strided else x
             rows, cols = x.nonzero().T  # the stored entries, row-major like the CSR   [nnz] each
             perm = torch.argsort(cols * x.shape[0] + rows)  # column-major: x^T's row-major

@@ -37,10 +37,13 @@ from course_lib.transformer import EncoderBlock
 __all__ = ["patchify", "PatchEmbedding", "ViT", "attention_rollout", "cls_attention_map"]
 
 
-def _check_images(where: str, images: Tensor, channels: int, patch_size: int) -> None:
-    if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != channels:
+def _check_images(where: str, images: Tensor, channels: int | None, patch_size: int) -> None:
+    """``images`` must be [B, C, H, W] (``C = channels`` unless None), H and W multiples of P."""
+    ok = isinstance(images, Tensor) and images.dim() == 4
+    if not ok or (channels is not None and images.shape[1] != channels):
         shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        raise ValueError(f"{where}: images must be [B, C={channels}, H, W], got {shape}")
+        c = "C" if channels is None else f"C={channels}"
+        raise ValueError(f"{where}: images must be [B, {c}, H, W], got {shape}")
     h, w = images.shape[-2:]
     if h % patch_size or w % patch_size:
         raise ValueError(
@@ -59,10 +62,7 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     """
     if not isinstance(patch_size, int) or patch_size < 1:
         raise ValueError(f"patchify: patch_size must be a positive int, got {patch_size!r}")
-    if not isinstance(images, Tensor) or images.dim() != 4:
-        shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        raise ValueError(f"patchify: images must be [B, C, H, W], got {shape}")
-    _check_images("patchify", images, images.shape[1], patch_size)
+    _check_images("patchify", images, None, patch_size)
     b, c, h, w = images.shape
     p = patch_size
     x = images.reshape(b, c, h // p, p, w // p, p)  # [B, C, H/P, P, W/P, P]
@@ -134,6 +134,8 @@ class ViT(nn.Module):
         eps: float = 1e-6,
     ) -> None:
         super().__init__()
+        if not isinstance(patch_size, int) or patch_size < 1:
+            raise ValueError(f"ViT: patch_size must be a positive int, got {patch_size!r}")
         if image_size % patch_size:
             raise ValueError(
                 f"ViT: image_size ({image_size}) must be a multiple of patch_size ({patch_size})"

@@ -305,7 +305,7 @@ def test_download_with_wrong_checksum_saves_nothing(offline_cache, monkeypatch):
 
 def test_missing_optional_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "networkx", None)  # makes `import networkx` fail
-    with pytest.raises(DataError, match=r'pip install "course-lib\[data\]"'):
+    with pytest.raises(DataError, match=r"'networkx'.*pip install -r requirements.txt"):
         data.karate_club()
 
 

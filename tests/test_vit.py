@@ -127,5 +127,9 @@ def test_errors():
         vit.patchify(torch.rand(1, 1, 7, 8), 2)
     with pytest.raises(ValueError, match="multiple of patch_size"):
         vit.ViT(10, 3, 10)
+    with pytest.raises(ValueError, match="patch_size must be a positive int, got 0"):
+        vit.ViT(8, 0, 10)
+    with pytest.raises(ValueError, match=r"patchify: images must be \[B, C, H, W\], got \[8, 8\]"):
+        vit.patchify(torch.rand(8, 8), 4)
     with pytest.raises(ValueError, match=r"\[L, B, h, T, T\]"):
         vit.attention_rollout(torch.rand(2, 3, 17, 17))
