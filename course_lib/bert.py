@@ -141,7 +141,10 @@ class BertEncoder(nn.Module):
             raise ValueError(f"BertEncoder: input_ids must be [B, T], got {list(input_ids.shape)}")
         t = input_ids.shape[1]
         if t > self.cfg.max_position_embeddings:
-            raise ValueError(f"BertEncoder: length {t} > {self.cfg.max_position_embeddings}")
+            raise ValueError(
+                f"BertEncoder: the input has {t} tokens but max_position_embeddings="
+                f"{self.cfg.max_position_embeddings}; shorten the input or enlarge the config"
+            )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.tok(input_ids) + self.pos(torch.arange(t, device=input_ids.device))

@@ -60,6 +60,14 @@ class CharVocab:
         return len(self.chars)
 
     def encode(self, text: str) -> Tensor:
+        unknown = sorted(set(text) - self.index.keys())
+        if unknown:
+            raise ValueError(
+                f"CharVocab.encode: character {unknown[0]!r} is not in the vocabulary built "
+                f"from the training text ({len(self.chars)} characters"
+                + (f"; {len(unknown)} unseen characters in all" if len(unknown) > 1 else "")
+                + ")"
+            )
         return torch.tensor([self.index[c] for c in text], dtype=torch.long)
 
     def decode(self, ids: Tensor | list[int]) -> str:
@@ -123,7 +131,9 @@ def batches(
     by one (the next-token targets), start positions drawn with ``generator``.
     """
     if data.dim() != 1 or data.numel() <= block:
-        raise ValueError(f"batches: data must be [N] with N > block={block}")
+        raise ValueError(
+            f"batches: data must be [N] with N > block={block}, got shape {list(data.shape)}"
+        )
     offsets = torch.arange(block + 1)
 
     def make_batch() -> tuple[Tensor, Tensor]:
@@ -165,7 +175,14 @@ def evaluate(
 
     Consecutive windows of ``block`` tokens (:func:`course_lib.positional.evaluate_lm`);
     deterministic.  ``num_chars`` is rounded down to a multiple of ``block``.
+    Raises ``ValueError`` if ``block`` exceeds the model's ``max_len``.
     """
+    max_len = getattr(getattr(model, "embed", None), "max_len", None)
+    if max_len is not None and block > max_len:
+        raise ValueError(
+            f"evaluate: block={block} is longer than the model's max_len={max_len} "
+            "(its learned position table); use block <= max_len"
+        )
     num_chars = min(num_chars, data.numel() - 1) // block * block
     loss = float(evaluate_lm(model, data, block, num_chars=num_chars))
     return loss, math.exp(loss)
@@ -293,15 +310,20 @@ def add_lora(
     Default targets: each block's attention output projection and both
     feed-forward layers.  Returns the model; only the LoRA factors train.
     """
+    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    if not any(n.rsplit(".", 1)[-1] in targets for n in linears):
+        names = sorted({n.rsplit(".", 1)[-1] for n in linears})
+        raise ValueError(
+            f"add_lora: no nn.Linear named {targets} in the model; its nn.Linear layers "
+            f"are named {names[:8]}{' ...' if len(names) > 8 else ''}"
+        )
     for p in model.parameters():
         p.requires_grad_(False)
-    n = _replace(
+    _replace(
         model,
         lambda name, m: type(m) is nn.Linear and name.rsplit(".", 1)[-1] in targets,
         lambda m: LoRALinear(m, r, alpha),
     )
-    if n == 0:
-        raise ValueError(f"add_lora: no nn.Linear named {targets} in the model")
     return model
 
 

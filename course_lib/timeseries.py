@@ -292,7 +292,9 @@ def windows(
         int(starts.min()) < 0 or int(starts.max()) + context + horizon > len(series)
     ):
         raise ValueError(
-            f"windows: every start must satisfy 0 <= s and s + L + H <= T={len(series)}"
+            f"windows: every start must satisfy 0 <= s and s + L + H <= T={len(series)} "
+            f"(L={context}, H={horizon}, so 0 <= s <= {len(series) - context - horizon}); "
+            f"got starts from {int(starts.min())} to {int(starts.max())}"
         )
     idx = starts[:, None] + torch.arange(context + horizon)  # [B, L + H]
     both = series[idx]  # [B, L + H, C]

@@ -178,3 +178,9 @@ def test_mlm_loss_only_at_selected_positions():
             model(ids).flatten(0, 1), labels.flatten(), ignore_index=-100
         )
         assert torch.allclose(bert.mlm_loss(model, (ids, labels)), full, atol=1e-6)
+
+
+def test_too_long_input_names_the_limit():
+    model = bert.BertEncoder(SMALL)
+    with pytest.raises(ValueError, match="has 30 tokens but max_position_embeddings=24"):
+        model(torch.zeros(1, 30, dtype=torch.long))

@@ -112,3 +112,22 @@ def test_training_lowers_loss():
     gpt.train_lm(model, data, 60, block=16, batch_size=8, lr=1e-2, progress=False)
     after, ppl = gpt.evaluate(model, data, block=16, num_chars=256)
     assert after < 0.5 * before and ppl == pytest.approx(torch.tensor(after).exp().item())
+
+
+def test_add_lora_without_a_match_leaves_the_model_trainable():
+    model = small_gpt()
+    with pytest.raises(ValueError, match="linear1"):  # the message lists the layers there are
+        gpt.add_lora(model, targets=("q_proj",))
+    assert all(p.requires_grad for p in model.parameters())
+    assert not any(isinstance(m, gpt.LoRALinear) for m in model.modules())
+
+
+def test_error_messages():
+    vocab = gpt.CharVocab("abc")
+    with pytest.raises(ValueError, match="'z' is not in the vocabulary"):
+        vocab.encode("abz")
+    with pytest.raises(ValueError, match=r"got shape \[2, 3\]"):
+        gpt.batches(torch.zeros(2, 3, dtype=torch.long), 4, 2, generator=torch.Generator())
+    model = small_gpt()  # max_len=16
+    with pytest.raises(ValueError, match="max_len=16"):
+        gpt.evaluate(model, torch.arange(200) % 50, block=32)

@@ -111,3 +111,8 @@ def test_windows_and_baselines():
     assert torch.equal(season, torch.tensor([7.0, 8.0, 9.0, 10.0, 7.0]))
     with pytest.raises(ValueError, match="start"):
         windows(series, 6, 3, [15])
+
+
+def test_windows_error_names_the_valid_range():
+    with pytest.raises(ValueError, match=r"L=6, H=3, so 0 <= s <= 11\); got starts from 5 to 15"):
+        windows(torch.arange(20.0), 6, 3, [5, 15])
