@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_lib.rnn import GRU, gru_cell
+from course_lib.rnn import _make_gru, gru_cell
 from course_lib.shapes import expect_shape, fmt_shape
 
 __all__ = [
@@ -153,7 +153,7 @@ def window_mask(
         raise ValueError(f"window_mask: window must be >= 0, got {window}")
     if centers is None:
         centers = torch.arange(t, device=device)
-    if centers.shape[-1] != t or centers.dim() not in (1, 2):
+    if centers.dim() not in (1, 2) or centers.shape[-1] != t:
         raise ValueError(
             f"window_mask: centers must be [T={t}] or [B, T={t}], got {_fmt(centers.shape)}"
         )
@@ -197,9 +197,7 @@ def from_torch_mask(mask: Tensor | None, api: str) -> Tensor | None:
     """The inverse of :func:`to_torch_mask`: a PyTorch ``api`` mask in our convention."""
     if api not in _APIS:
         raise ValueError(f"from_torch_mask: api must be one of {_APIS}, got {api!r}")
-    if mask is None or mask.dtype != torch.bool:
-        return mask
-    return ~mask if api == "mha" else mask
+    return to_torch_mask(mask, api)  # negation is its own inverse
 
 
 def _apply_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
@@ -393,18 +391,6 @@ class LuongAttention(nn.Module):
 # course_lib.seq2seq.Seq2Seq: forward(src, tgt_in) -> logits, greedy_decode(src, T),
 # so seq2seq_loss, evaluate and training.train work unchanged.
 # ---------------------------------------------------------------------------
-
-
-def _make_gru(rnn: str, where: str):
-    if rnn == "course":
-        return GRU
-    if rnn == "torch":
-
-        def make(d: int, h: int) -> nn.Module:
-            return nn.GRU(d, h, batch_first=True)
-
-        return make
-    raise ValueError(f"{where}: rnn must be 'course' or 'torch', got {rnn!r}")
 
 
 def _gru_step(gru: nn.Module, x: Tensor, h: Tensor) -> Tensor:

@@ -13,7 +13,7 @@ with ``X E`` the ``[N, d]`` matrix of their embeddings, eq. (5.2).
 Static word vectors (one vector per word, whatever its context) can also be
 read off co-occurrence statistics: :func:`ppmi_svd_embeddings` factorises the
 positive pointwise mutual information matrix of a corpus (Levy and Goldberg's
-view of word2vec as an implicit matrix factorisation), in well under a second
+view of word2vec as an implicit matrix factorisation), in about a second
 on Tiny Shakespeare.
 """
 
@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from course_lib.shapes import fmt_shape as _fmt
 
 __all__ = [
     "one_hot",
@@ -34,15 +36,13 @@ __all__ = [
 ]
 
 
-def _fmt(shape: torch.Size | tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
-
-
 def _check(where: str, table: Tensor, ids: Tensor) -> None:
     if table.dim() != 2:
         raise ValueError(f"{where}: table must be [V, d], got {_fmt(table.shape)}")
     if ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{where}: ids must be an integer tensor, got dtype {ids.dtype}")
+        raise ValueError(
+            f"{where}: ids must be int64 or int32 (use ids.long()), got dtype {ids.dtype}"
+        )
     if ids.numel() and (ids.min() < 0 or ids.max() >= table.shape[0]):
         raise ValueError(
             f"{where}: ids must lie in 0..{table.shape[0] - 1} (the table has V={table.shape[0]} "
@@ -54,6 +54,11 @@ def one_hot(ids: Tensor, vocab_size: int, dtype: torch.dtype = torch.float32) ->
     """One-hot rows ``[..., V]`` of integer ``ids [...]``: a 1 at column ``ids``, 0 elsewhere."""
     if vocab_size < 1:
         raise ValueError(f"one_hot: vocab_size must be >= 1, got {vocab_size}")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(
+            f"one_hot: ids must lie in 0..{vocab_size - 1} (vocab_size={vocab_size}), "
+            f"got values in {int(ids.min())}..{int(ids.max())}"
+        )
     return F.one_hot(ids.long(), vocab_size).to(dtype)
 
 
@@ -98,8 +103,7 @@ def ppmi(counts: Tensor) -> Tensor:
     """
     total = counts.sum()
     row, col = counts.sum(1, keepdim=True), counts.sum(0, keepdim=True)
-    with torch.no_grad():
-        pmi = torch.log(counts * total / (row * col))
+    pmi = torch.log(counts * total / (row * col))
     return pmi.clamp(min=0).nan_to_num(0.0, posinf=0.0, neginf=0.0)
 
 

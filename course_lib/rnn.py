@@ -340,3 +340,20 @@ class GRU(_Recurrent):
             h = gru_cell(x[:, t], h, *self._weights())  # (1.8)-(1.11)  [B, H]
             outputs.append(h)
         return self._stack(outputs, x), h.unsqueeze(0)
+
+
+def _make_gru(rnn: str, where: str):
+    """The GRU layer constructor ``(input_size, hidden_size) -> module`` for ``rnn``.
+
+    ``"course"``: :class:`GRU` (ours); ``"torch"``: ``torch.nn.GRU(..., batch_first=True)``.
+    Both have the same parameter names and shapes.  ``where`` names the caller in the error.
+    """
+    if rnn == "course":
+        return GRU
+    if rnn == "torch":
+
+        def make(d: int, h: int) -> nn.Module:
+            return nn.GRU(d, h, batch_first=True)
+
+        return make
+    raise ValueError(f"{where}: rnn must be 'course' or 'torch', got {rnn!r}")

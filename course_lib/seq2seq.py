@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_lib.rnn import GRU
+from course_lib.rnn import _make_gru
 
 __all__ = [
     "Seq2SeqBatch",
@@ -101,14 +101,7 @@ class Seq2Seq(nn.Module):
         self, num_symbols: int, emb_dim: int = 16, hidden_size: int = 64, *, rnn: str = "course"
     ) -> None:
         super().__init__()
-        if rnn == "course":
-            make_gru = GRU
-        elif rnn == "torch":
-
-            def make_gru(d: int, h: int) -> nn.Module:
-                return nn.GRU(d, h, batch_first=True)
-        else:
-            raise ValueError(f"Seq2Seq: rnn must be 'course' or 'torch', got {rnn!r}")
+        make_gru = _make_gru(rnn, "Seq2Seq")
         self.num_symbols = num_symbols
         self.bos = num_symbols
         self.src_emb = nn.Embedding(num_symbols, emb_dim)  # [V, E]

@@ -371,9 +371,15 @@ class _Embed(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         if tokens.dim() != 2:
-            raise ValueError(f"tokens must be [B, T], got {list(tokens.shape)}")
+            raise ValueError(
+                f"tokens must be [B, T] integer ids, got {list(tokens.shape)} "
+                "(add a batch axis with tokens[None] for one sequence)"
+            )
         if tokens.shape[1] > self.max_len:
-            raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len={self.max_len}")
+            raise ValueError(
+                f"sequence length {tokens.shape[1]} exceeds max_len={self.max_len}: build the "
+                f"model with max_len >= {tokens.shape[1]}, or pass at most {self.max_len} tokens"
+            )
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         return self.tok(tokens) + self.pos(positions)  # x_t = E[w_t] + P[t]     [B, T, D]
 

@@ -81,6 +81,8 @@ def test_window_mask_local_m_and_given_centres():
     assert m[0].tolist() == [[True, True, False, False, False], [False, False, False, True, True]]
     with pytest.raises(ValueError, match=r"centers must be \[T=3\] or \[B, T=3\], got \[4\]"):
         window_mask(3, 5, 1, torch.arange(4))
+    with pytest.raises(ValueError, match=r"centers must be \[T=3\] or \[B, T=3\], got \[\]"):
+        window_mask(3, 5, 1, torch.tensor(1))  # 0-d: the friendly message, not an IndexError
 
 
 def test_additive_form_of_a_boolean_mask():

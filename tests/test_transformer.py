@@ -206,8 +206,12 @@ def test_decoder_only_generate_and_length_limit():
     gpt = DecoderOnly(10, max_len=8).eval()
     out = gpt.generate(torch.randint(0, 10, (2, 3)), 7)
     assert out.shape == (2, 10)
-    with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
+    with pytest.raises(
+        ValueError, match="sequence length 9 exceeds max_len=8: build the model with max_len >= 9"
+    ):
         gpt(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"tokens must be \[B, T\].*tokens\[None\]"):
+        gpt(torch.zeros(9, dtype=torch.long))
 
 
 def test_encoder_decoder_greedy_decoding_and_causality():
