@@ -11,8 +11,16 @@ The standard opening of every notebook is::
 """
 
 from course_lib.runtime import get_device, seed_everything, setup_notebook
-from course_lib.show import show_source
+from course_lib.show import html_table, max_diff, show_source
 
 __version__ = "0.1.0"
 
-__all__ = ["get_device", "seed_everything", "setup_notebook", "show_source", "__version__"]
+__all__ = [
+    "get_device",
+    "seed_everything",
+    "setup_notebook",
+    "show_source",
+    "html_table",
+    "max_diff",
+    "__version__",
+]

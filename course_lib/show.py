@@ -1,11 +1,11 @@
-"""Show library source inside a notebook, so the book never redefines it."""
+"""What notebooks display: library source (so the book never redefines it), tables, differences."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
-__all__ = ["show_source"]
+__all__ = ["show_source", "html_table", "max_diff"]
 
 
 def show_source(obj: Any) -> Any:
@@ -26,3 +26,37 @@ def show_source(obj: Any) -> Any:
     except ImportError:  # pragma: no cover - IPython always present with notebooks
         return source
     return Code(source, language="python")
+
+
+def html_table(header: list, rows: list[list], caption: str | None = None) -> Any:
+    """A table as HTML, which renders the same in Jupyter, in Colab and on the website.
+
+    ``header`` is one list of column titles, ``rows`` a list of rows of the same
+    length (each cell is shown with ``str``); ``caption`` (HTML) goes above it.
+    """
+    for i, row in enumerate(rows):
+        if len(row) != len(header):
+            raise ValueError(
+                f"html_table: row {i} has {len(row)} cells but the header has {len(header)}"
+            )
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{v}</td>" for v in row) + "</tr>" for row in rows)
+    html = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if caption is not None:
+        html = f"<p>{caption}</p>{html}"
+    try:
+        from IPython.display import HTML
+    except ImportError:  # pragma: no cover - IPython always present with notebooks
+        return html
+    return HTML(html)
+
+
+def max_diff(a: Any, b: Any) -> float:
+    """The largest absolute difference between two tensors, or two tuples of tensors."""
+    if isinstance(a, tuple | list):
+        if not isinstance(b, tuple | list) or len(a) != len(b):
+            raise ValueError("max_diff: a and b must both be tensors, or tuples of equal length")
+        return max(max_diff(u, v) for u, v in zip(a, b, strict=True))
+    if a.shape != b.shape:
+        raise ValueError(f"max_diff: shapes differ, {list(a.shape)} vs {list(b.shape)}")
+    return (a - b).abs().max().item()
