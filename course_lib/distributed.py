@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -97,8 +98,10 @@ def run_ddp(
     """Train with DDP on ``world_size`` CPU processes (gloo); return rank 0's weights.
 
     Starts ``python -m course_lib.distributed --rank r`` for each rank with this
-    package on its ``PYTHONPATH`` (so it works from any working directory) and
-    kills them after ``timeout`` seconds.
+    package on its ``PYTHONPATH`` (so it works from any working directory).  All
+    ranks share one deadline, ``timeout`` seconds from the start: a rank that
+    fails or hangs (the others then wait for it in the all-reduce) makes every
+    process be killed and ``RuntimeError`` be raised with the ranks' output.
     """
     if n % world_size:
         raise ValueError(f"run_ddp: the batch n={n} must split evenly over {world_size} processes")
@@ -107,25 +110,39 @@ def run_ddp(
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "ddp.pt")
         port = free_port()
-        procs = []
-        for rank in range(world_size):  # one OS process per rank, as torchrun would start
-            cmd = [sys.executable, "-m", "course_lib.distributed", "--rank", str(rank)]
-            cmd += ["--world-size", str(world_size), "--port", str(port), "--steps", str(steps)]
-            cmd += ["--seed", str(seed), "--n", str(n), "--out", out]
-            procs.append(
-                subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            )
-        logs = []
+        procs, log_paths = [], []
+        deadline = time.monotonic() + timeout  # one deadline for all the ranks
+        timed_out = False
         try:
-            for proc in procs:
-                logs.append(proc.communicate(timeout=timeout)[0].decode(errors="replace"))
+            for rank in range(world_size):  # one OS process per rank, as torchrun would start
+                cmd = [sys.executable, "-m", "course_lib.distributed", "--rank", str(rank)]
+                cmd += ["--world-size", str(world_size), "--port", str(port)]
+                cmd += ["--steps", str(steps), "--seed", str(seed), "--n", str(n), "--out", out]
+                log_paths.append(os.path.join(tmp, f"rank{rank}.log"))
+                with open(log_paths[-1], "wb") as log:  # a file: a full pipe cannot block a rank
+                    procs.append(
+                        subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+                    )
+            while any(proc.poll() is None for proc in procs):
+                if any(proc.returncode not in (None, 0) for proc in procs):
+                    break  # a rank died: the others would wait for it in the all-reduce
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.05)
         finally:
             for proc in procs:  # never leave a process behind
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-        if any(proc.returncode != 0 for proc in procs) or not os.path.exists(out):
-            raise RuntimeError("run_ddp: the DDP processes failed:\n" + "\n".join(logs)[-2000:])
+        if timed_out or any(p.returncode != 0 for p in procs) or not os.path.exists(out):
+            logs = "\n".join(
+                f"--- rank {rank} (exit code {proc.returncode}):\n"
+                + Path(path).read_text(errors="replace")[-1000:]
+                for rank, (proc, path) in enumerate(zip(procs, log_paths, strict=True))
+            )
+            why = f"did not finish within {timeout} s" if timed_out else "failed"
+            raise RuntimeError(f"run_ddp: the DDP processes {why}:\n{logs}")
         return torch.load(out, weights_only=True)
 
 

@@ -92,6 +92,19 @@ def _even(where: str, name: str, value: int) -> None:
         )
 
 
+def _frequency_args(where: str, dim: int, base: float) -> None:
+    # The checks of sinusoidal_frequencies, made first by its callers so that
+    # an error names the function that was called.
+    _even(where, "dim", dim)
+    if base <= 1:
+        raise ValueError(f"{where}: base must be > 1, got {base}")
+
+
+def _check_method(where: str, method: str) -> None:
+    if method not in POSITION_METHODS:
+        raise ValueError(f"{where}: method must be one of {POSITION_METHODS}, got {method!r}")
+
+
 # ===========================================================================
 # Chapter 7: absolute positions
 # ===========================================================================
@@ -105,9 +118,7 @@ def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> Tensor:
     (``i = 0``) to almost ``2 pi * base``.  RoPE (eq. (8.7)) uses the same
     frequencies.
     """
-    _even("sinusoidal_frequencies", "dim", dim)
-    if base <= 1:
-        raise ValueError(f"sinusoidal_frequencies: base must be > 1, got {base}")
+    _frequency_args("sinusoidal_frequencies", dim, base)
     i = torch.arange(dim // 2, dtype=torch.float64)  # pair index          [d/2]
     return base ** (-2.0 * i / dim)  # omega_i = base^(-2i/d)                [d/2]
 
@@ -129,7 +140,7 @@ def sinusoidal_table(
     are computed in float64, so far positions keep their precision.
     """
     _positive("sinusoidal_table", num_positions=num_positions)
-    _even("sinusoidal_table", "dim", dim)
+    _frequency_args("sinusoidal_table", dim, base)
     omega = sinusoidal_frequencies(dim, base)  #                               [d/2]
     p = torch.arange(num_positions, dtype=torch.float64)  #                    [L]
     angles = p[:, None] * omega[None, :]  # p * omega_i                        [L, d/2]
@@ -152,6 +163,7 @@ def shift_matrix(
     (the angle-addition formulas).  The blocks depend on ``k`` only, each is a
     rotation (so ``M_k`` is orthogonal), and ``M_k M_j = M_(k+j)``.
     """
+    _frequency_args("shift_matrix", dim, base)
     omega = sinusoidal_frequencies(dim, base)  #                               [d/2]
     c, s = torch.cos(k * omega), torch.sin(k * omega)  #                       [d/2]
     m = torch.zeros(dim, dim, dtype=torch.float64)
@@ -425,6 +437,7 @@ def rope_cos_sin(
     ``2i + 1``: the RoPE paper, GPT-J, Meta's LLaMA).  Compute once per length.
     """
     _convention("rope_cos_sin", convention)
+    _frequency_args("rope_cos_sin", dim, base)
     if isinstance(positions, int):
         positions = torch.arange(positions)
     if positions.dim() != 1:
@@ -530,14 +543,16 @@ class PositionalAttention(nn.Module):
         t5_max_distance: int = 128,
     ) -> None:
         super().__init__()
-        if method not in POSITION_METHODS:
-            raise ValueError(
-                f"PositionalAttention: method must be one of {POSITION_METHODS}, got {method!r}"
-            )
-        if dim % num_heads or (method == "rope" and (dim // num_heads) % 2):
+        _check_method("PositionalAttention", method)
+        _positive("PositionalAttention", dim=dim, num_heads=num_heads)
+        if dim % num_heads:
             raise ValueError(
                 f"PositionalAttention: dim ({dim}) must be a multiple of num_heads ({num_heads})"
-                + (", with an even head size for RoPE" if method == "rope" else "")
+            )
+        if method == "rope" and (dim // num_heads) % 2:
+            raise ValueError(
+                f"PositionalAttention: RoPE rotates pairs of coordinates, so the head size "
+                f"dim // num_heads must be even, got {dim} // {num_heads} = {dim // num_heads}"
             )
         self.dim, self.num_heads, self.head_dim, self.method = (
             dim,
@@ -634,10 +649,7 @@ class PositionalLM(nn.Module):
         t5_max_distance: int = 128,
     ) -> None:
         super().__init__()
-        if method not in POSITION_METHODS:
-            raise ValueError(
-                f"PositionalLM: method must be one of {POSITION_METHODS}, got {method!r}"
-            )
+        _check_method("PositionalLM", method)
         _positive(
             "PositionalLM", vocab_size=vocab_size, dim=dim, num_layers=num_layers, max_len=max_len
         )
@@ -711,6 +723,11 @@ def evaluate_lm(
         raise ValueError(
             f"evaluate_lm: data must be [N] with N > num_chars={num_chars}, got {_fmt(data.shape)}"
         )
+    if any(isinstance(m, LearnedPositions) and m.max_len < length for m in model.modules()):
+        nan = torch.full(
+            (length,), float("nan"), dtype=torch.float64
+        )  # no row for the last positions
+        return nan if per_position else float("nan")
     device = next(model.parameters()).device
     inputs = data[:num_chars].view(-1, length)  #                              [W, length]
     targets = data[1 : num_chars + 1].view(-1, length)
@@ -722,10 +739,6 @@ def evaluate_lm(
             logits = model(x.to(device))  #                                    [b, length, V]
             nll = F.cross_entropy(logits.transpose(1, 2), y.to(device), reduction="none")
             sums += nll.sum(0).double().cpu()  #                               [length]
-    except ValueError as err:
-        if "has no row" not in str(err):
-            raise
-        sums.fill_(float("nan"))
     finally:
         model.train(was_training)
     by_position = sums / inputs.shape[0]

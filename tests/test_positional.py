@@ -87,6 +87,46 @@ def test_shape_errors_are_clear():
         P.alibi_bias(torch.ones(2, 2), 3)
 
 
+def test_errors_name_the_function_called():
+    """A bad ``dim`` or ``base`` is reported by the function the caller used."""
+    with pytest.raises(ValueError, match="^rope_cos_sin: dim must be even"):
+        P.rope_cos_sin(4, 5)
+    with pytest.raises(ValueError, match="^shift_matrix: dim must be even"):
+        P.shift_matrix(1, 3)
+    with pytest.raises(ValueError, match="^shift_matrix: base must be > 1"):
+        P.shift_matrix(1, 4, base=1.0)
+    with pytest.raises(ValueError, match="^sinusoidal_table: dim must be even"):
+        P.sinusoidal_table(4, 5)
+
+
+def test_attention_head_errors_are_separate():
+    with pytest.raises(ValueError, match=r"dim \(10\) must be a multiple of num_heads \(4\)$"):
+        P.PositionalAttention(10, 4, "alibi")
+    with pytest.raises(ValueError, match=r"dim \(10\) must be a multiple of num_heads \(4\)$"):
+        P.PositionalAttention(10, 4, "rope")  # not a multiple: the RoPE remark does not apply
+    with pytest.raises(
+        ValueError, match=r"head size dim // num_heads must be even, got 6 // 2 = 3"
+    ):
+        P.PositionalAttention(6, 2, "rope")
+    assert P.PositionalAttention(6, 2, "alibi").head_dim == 3  # odd head sizes are fine elsewhere
+    with pytest.raises(ValueError, match="num_heads must be a positive int, got 0"):
+        P.PositionalAttention(8, 0, "alibi")
+    with pytest.raises(ValueError, match="^PositionalAttention: method must be one of"):
+        P.PositionalAttention(8, 2, "absolute")
+    with pytest.raises(ValueError, match="^PositionalLM: method must be one of"):
+        P.PositionalLM(11, "absolute")
+
+
+def test_evaluate_lm_is_nan_beyond_a_learned_table_only():
+    torch.manual_seed(0)
+    data = torch.randint(0, 11, (200,), generator=_gen(7))
+    learned = P.PositionalLM(11, "learned", dim=16, num_heads=2, num_layers=1, max_len=8)
+    by_position = P.evaluate_lm(learned, data, 16, num_chars=64, per_position=True)
+    assert by_position.shape == (16,) and by_position.isnan().all()
+    assert math.isfinite(P.evaluate_lm(learned, data, 8, num_chars=64))
+    assert learned.training  # the mode it was in is restored
+
+
 # ---------------------------------------------------------------------------
 # Chapter 8: T5 buckets against transformers
 # ---------------------------------------------------------------------------

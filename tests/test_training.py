@@ -195,3 +195,9 @@ def test_ddp_two_processes_equal_one_process():
     for k in single:
         assert torch.allclose(ddp[k], single[k], atol=1e-6), k
     assert any(not torch.allclose(single[k], init[k]) for k in single)  # it did train
+
+
+def test_ddp_timeout_kills_the_ranks_and_says_so():
+    # Starting Python and importing torch alone takes longer than this.
+    with pytest.raises(RuntimeError, match=r"did not finish within 0.2 s(.|\n)*--- rank 1"):
+        distributed.run_ddp(world_size=2, steps=5, timeout=0.2)
