@@ -10,17 +10,27 @@ The standard opening of every notebook is::
     device = course_lib.setup_notebook(seed=0)
 """
 
-from course_lib.runtime import get_device, seed_everything, setup_notebook
+from course_lib.runtime import (
+    derived_seed,
+    generator,
+    get_device,
+    record,
+    seed_everything,
+    setup_notebook,
+)
 from course_lib.show import html_table, max_diff, show_source
 
 __version__ = "0.1.0"
 
 __all__ = [
     "get_device",
+    "derived_seed",
+    "generator",
     "seed_everything",
     "setup_notebook",
     "show_source",
     "html_table",
     "max_diff",
+    "record",
     "__version__",
 ]

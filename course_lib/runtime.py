@@ -1,14 +1,26 @@
 """Seeding and device selection: the standard first cell of every notebook.
 
-A rerun of a notebook on the CPU must print the same numbers, so every source
-of randomness the course uses (Python's ``random``, NumPy, PyTorch on CPU and
-CUDA) is seeded from one integer.  The device is CUDA when one is present,
-else the CPU; ``COURSE_DEVICE=cpu`` forces the CPU (useful on a GPU machine
-when comparing against the CPU numbers the prose quotes).
+Every source of randomness in a notebook (Python's ``random``, NumPy, PyTorch
+on CPU and CUDA, data generators, data splits) derives from **one seed**, the
+notebook's, which ``setup_notebook`` sets and ``COURSE_SEED=k`` overrides.
+A notebook that needs several independent streams asks for them by number:
+``derived_seed(k)`` is an integer seed and ``generator(k)`` a seeded
+``torch.Generator``, both functions of the notebook's seed and ``k``.
+
+A fixed seed makes a rerun on the *same* machine repeat itself; it does not
+give the same trained numbers on another CPU, thread count, GPU or PyTorch
+release, which round floating point differently. So the course asserts only
+claims that hold for any seed, with margins measured over seeds
+(``python -m course_lib.sweep``), and the prose shows the numbers its own
+build computed.
+
+The device is CUDA when one is present, else the CPU; ``COURSE_DEVICE=cpu``
+forces the CPU.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
@@ -16,7 +28,25 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["seed_everything", "get_device", "setup_notebook", "describe_hardware"]
+__all__ = [
+    "seed_everything",
+    "notebook_seed",
+    "derived_seed",
+    "generator",
+    "get_device",
+    "setup_notebook",
+    "describe_hardware",
+    "record",
+]
+
+# Offsets k of derived_seed(k) stay below this, so that two notebook seeds
+# never share a derived seed: seed s, stream k -> SEED_STRIDE * s + k.
+SEED_STRIDE = 100_000
+
+_notebook_seed = 0  # set by setup_notebook
+
+# Where record() appends a notebook's headline numbers; set by course_lib.sweep.
+RESULTS_ENV = "COURSE_RESULTS_FILE"
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -26,6 +56,33 @@ def seed_everything(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def notebook_seed(default: int = 0) -> int:
+    """The seed ``setup_notebook`` will use: ``COURSE_SEED`` if set, else ``default``."""
+    text = os.environ.get("COURSE_SEED", "").strip()
+    if not text:
+        return default
+    if not text.isdigit():
+        raise ValueError(f"COURSE_SEED must be a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def derived_seed(stream: int) -> int:
+    """An integer seed for random stream number ``stream`` of this notebook.
+
+    ``SEED_STRIDE * s + stream`` for the notebook's seed ``s``: with the
+    default seed 0 it is ``stream`` itself, and ``COURSE_SEED`` moves every
+    stream of the notebook at once.
+    """
+    if not isinstance(stream, int) or not 0 <= stream < SEED_STRIDE:
+        raise ValueError(f"stream must be an int in [0, {SEED_STRIDE}), got {stream!r}")
+    return SEED_STRIDE * _notebook_seed + stream
+
+
+def generator(stream: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded with ``derived_seed(stream)``."""
+    return torch.Generator().manual_seed(derived_seed(stream))
 
 
 def get_device(prefer: str | None = None) -> torch.device:
@@ -61,6 +118,9 @@ def describe_hardware() -> str:
 def setup_notebook(seed: int = 0, *, quiet: bool = False) -> torch.device:
     """Seed everything, pick the device and return it (the standard first cell).
 
+    ``COURSE_SEED`` in the environment replaces ``seed``; every later
+    ``derived_seed`` and ``generator`` of the notebook follows it.
+
     On the CPU it also sets PyTorch to one thread (``COURSE_NUM_THREADS``
     overrides): the course's models are small, and on a 2-core machine with
     any other load, two threads per operation made training steps 6 to 30
@@ -70,7 +130,10 @@ def setup_notebook(seed: int = 0, *, quiet: bool = False) -> torch.device:
     of falling back to the CPU.
 
     """
+    global _notebook_seed
+    seed = notebook_seed(seed)
     seed_everything(seed)
+    _notebook_seed = seed
     device = get_device()
     if os.environ.get("COURSE_REQUIRE_GPU") == "1" and device.type != "cuda":
         raise RuntimeError(
@@ -81,5 +144,28 @@ def setup_notebook(seed: int = 0, *, quiet: bool = False) -> torch.device:
     if device.type == "cpu":
         torch.set_num_threads(int(os.environ.get("COURSE_NUM_THREADS", "1")))
     if not quiet:
-        print(f"seed={seed}, device={device} ({describe_hardware()})")
+        threads = torch.get_num_threads() if device.type == "cpu" else "-"
+        print(f"seed={seed}, device={device}, threads={threads} ({describe_hardware()})")
     return device
+
+
+def record(**values: float) -> None:
+    """Hand a notebook's headline numbers to the sweep; outside a sweep, do nothing.
+
+    Call it next to the asserts on a trained result, with the numbers they
+    test: ``course_lib.record(acc_local=0.97, acc_global=0.95)``.
+    """
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                values[name] = float(value)  # a 0-d tensor or NumPy scalar
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"record({name}=...) takes a number, got {type(value).__name__}; "
+                    "pass float(x) or x.item()."
+                ) from None
+    path = os.environ.get(RESULTS_ENV)
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({k: float(v) for k, v in values.items()}) + "\n")

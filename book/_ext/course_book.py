@@ -6,6 +6,10 @@
 - The ``course-heavy-notebooks`` directive lists the notebooks whose last
   execution took longer than the 60 s budget (from the same execution data
   as MyST-NB's ``nb-exec-table``), so the status page names them itself.
+- The ``course-sweep`` directive renders the last seed/thread sweep
+  (``book/sweep.json``, written by ``python -m course_lib.sweep``): which
+  notebook passed under which seed and thread count, in how many seconds, and
+  the spread of every number the notebooks ``record``.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -13,12 +17,17 @@
 
 from __future__ import annotations
 
+import html
+import json
+from pathlib import Path
+
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util.docutils import SphinxDirective
 
 BUDGET_SECONDS = 60.0
+SWEEP_FILE = Path(__file__).resolve().parents[1] / "sweep.json"
 
 
 class CourseHardware(SphinxDirective):
@@ -71,6 +80,72 @@ class _FillHeavyNotebooks(SphinxPostTransform):
                 node.replace_self(nodes.paragraph(text=text))
 
 
+def _sweep_tables(data: dict) -> str:
+    """HTML for the sweep: notebook x (seed, threads) -> pass/fail and seconds; recorded numbers."""
+    runs = data.get("runs", [])
+    if not runs:
+        return "<p>No sweep has been recorded yet.</p>"
+    settings = sorted({(r["threads"], r["seed"]) for r in runs})
+    cells = {(r["notebook"], r["threads"], r["seed"]): r for r in runs}
+    notebooks = sorted({r["notebook"] for r in runs})
+    head = "".join(f"<th>seed {s}<br>{t} thread{'s' * (t > 1)}</th>" for t, s in settings)
+    rows = []
+    for nb in notebooks:
+        tds = []
+        for t, s in settings:
+            r = cells.get((nb, t, s))
+            if r is None:
+                tds.append("<td>-</td>")
+            elif r["ok"]:
+                tds.append(f'<td class="sweep-pass">pass {r["seconds"]:.0f} s</td>')
+            else:
+                why = html.escape(r.get("error") or "failed")
+                tds.append(f'<td class="sweep-fail" title="{why}"><b>FAIL</b></td>')
+        rows.append(f"<tr><td>{html.escape(nb)}</td>{''.join(tds)}</tr>")
+    failed = [r for r in runs if not r["ok"]]
+    dates = sorted({r.get("date", "?") for r in runs})
+    hardware = sorted({r.get("hardware", "?") for r in runs})
+    parts = [
+        f"<p>{len(runs) - len(failed)} of {len(runs)} runs passed. "
+        f"Run {html.escape(dates[0])} to {html.escape(dates[-1])} on "
+        f"{html.escape('; '.join(hardware))}.</p>",
+        '<table class="table course-sweep"><thead><tr><th>notebook</th>'
+        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>",
+    ]
+    if failed:
+        items = "".join(
+            f"<li>{html.escape(r['notebook'])}, seed {r['seed']}, {r['threads']} threads: "
+            f"{html.escape(r.get('error') or '')}</li>"
+            for r in failed
+        )
+        parts.append(f"<p>Failures:</p><ul>{items}</ul>")
+    results = data.get("results", {})
+    if results:
+        body = []
+        for nb in sorted(results):
+            for name, st in sorted(results[nb].items()):
+                body.append(
+                    f"<tr><td>{html.escape(nb)}</td><td><code>{html.escape(name)}</code></td>"
+                    f"<td>{st['n']}</td><td>{st['mean']:.4g} &plusmn; {st['std']:.2g}</td>"
+                    f"<td>{st['min']:.4g} to {st['max']:.4g}</td></tr>"
+                )
+        parts.append(
+            '<table class="table course-sweep-results"><thead><tr><th>notebook</th>'
+            "<th>recorded number</th><th>runs</th><th>mean &plusmn; std</th><th>range</th>"
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        )
+    return "\n".join(parts)
+
+
+class CourseSweep(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(SWEEP_FILE))
+        data = json.loads(SWEEP_FILE.read_text()) if SWEEP_FILE.exists() else {}
+        return [nodes.raw("", _sweep_tables(data), format="html")]
+
+
 def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -90,6 +165,7 @@ def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> No
 def setup(app: Sphinx) -> dict:
     app.add_directive("course-hardware", CourseHardware)
     app.add_directive("course-heavy-notebooks", CourseHeavyNotebooks)
+    app.add_directive("course-sweep", CourseSweep)
     app.add_node(_HeavyNotebooks)
     app.add_post_transform(_FillHeavyNotebooks)
     app.connect("html-page-context", _dedupe_scripts, priority=100)

@@ -1,0 +1,117 @@
+"""One seed per notebook (COURSE_SEED), derived streams, record(), and the sweep."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import nbformat
+import pytest
+import torch
+
+import course_lib
+from course_lib import runtime, sweep
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def restore_seed():
+    yield
+    runtime._notebook_seed = 0
+
+
+def test_course_seed_overrides_the_notebook_seed(monkeypatch, restore_seed):
+    monkeypatch.setenv("COURSE_SEED", "3")
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    course_lib.setup_notebook(seed=0, quiet=True)
+    assert course_lib.derived_seed(7) == 3 * runtime.SEED_STRIDE + 7
+    a = torch.randn(3)
+    course_lib.seed_everything(3)
+    assert torch.equal(a, torch.randn(3)), "setup_notebook did not seed torch with COURSE_SEED"
+    g1, g2 = course_lib.generator(1), course_lib.generator(1)
+    assert torch.equal(torch.rand(4, generator=g1), torch.rand(4, generator=g2))
+
+
+def test_without_course_seed_streams_are_the_offsets(monkeypatch, restore_seed):
+    monkeypatch.delenv("COURSE_SEED", raising=False)
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    course_lib.setup_notebook(seed=0, quiet=True)
+    assert [course_lib.derived_seed(k) for k in (0, 1, 12345)] == [0, 1, 12345]
+    assert not torch.equal(
+        torch.rand(4, generator=course_lib.generator(0)),
+        torch.rand(4, generator=course_lib.generator(1)),
+    )
+
+
+def test_bad_seeds_are_explained(monkeypatch):
+    monkeypatch.setenv("COURSE_SEED", "seven")
+    with pytest.raises(ValueError, match="COURSE_SEED must be a non-negative integer"):
+        runtime.notebook_seed()
+    with pytest.raises(ValueError, match="stream must be an int"):
+        course_lib.derived_seed(runtime.SEED_STRIDE)
+
+
+def test_record_writes_only_inside_a_sweep(tmp_path, monkeypatch):
+    monkeypatch.delenv(runtime.RESULTS_ENV, raising=False)
+    course_lib.record(acc=0.5)  # no file, no error
+    out = tmp_path / "results.jsonl"
+    monkeypatch.setenv(runtime.RESULTS_ENV, str(out))
+    course_lib.record(acc=torch.tensor(0.25), n=3)
+    assert json.loads(out.read_text()) == {"acc": 0.25, "n": 3.0}
+    with pytest.raises(TypeError, match=r"record\(acc=\.\.\.\) takes a number"):
+        course_lib.record(acc="high")
+
+
+def test_summarize_results_gives_mean_std_and_range():
+    rows = [{"notebook": "a", "results": {"x": v}} for v in (1.0, 2.0, 3.0)]
+    rows.append({"notebook": "b", "results": {}})
+    stats = sweep.summarize_results(rows)
+    assert stats == {"a": {"x": {"n": 3, "mean": 2.0, "std": 1.0, "min": 1.0, "max": 3.0}}}
+
+
+def _notebook(tmp_path, name, *sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+def test_run_notebook_sets_seed_and_threads_and_collects_records(tmp_path):
+    path = _notebook(
+        tmp_path,
+        "ok.ipynb",
+        "import course_lib, torch\ndevice = course_lib.setup_notebook(seed=0)",
+        "course_lib.record(seed=course_lib.derived_seed(0), threads=torch.get_num_threads())",
+    )
+    row = sweep.run_notebook(path, seed=2, threads=2)
+    assert row["ok"], row["error"]
+    assert row["results"] == {"seed": 2.0 * runtime.SEED_STRIDE, "threads": 2.0}
+
+
+def test_run_notebook_reports_the_failing_assert(tmp_path):
+    path = _notebook(tmp_path, "bad.ipynb", "x = 1", "assert x == 2, 'x is not 2'")
+    row = sweep.run_notebook(path, seed=0, threads=1)
+    assert not row["ok"]
+    assert "AssertionError" in row["error"] and "x is not 2" in row["error"]
+
+
+def test_status_page_renders_the_sweep():
+    spec = importlib.util.spec_from_file_location("course_book", ROOT / "book/_ext/course_book.py")
+    book = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book)
+    runs = [
+        {"notebook": "n.ipynb", "seed": 0, "threads": 1, "ok": True, "seconds": 3.0},
+        {
+            "notebook": "n.ipynb",
+            "seed": 1,
+            "threads": 1,
+            "ok": False,
+            "seconds": 2.0,
+            "error": "AssertionError: <too close>",
+        },
+    ]
+    html = book._sweep_tables({"runs": runs, "results": sweep.summarize_results(runs)})
+    assert "1 of 2 runs passed" in html and "pass 3 s" in html and "FAIL" in html
+    assert "&lt;too close&gt;" in html  # errors are escaped
+    assert "No sweep has been recorded yet" in book._sweep_tables({})
