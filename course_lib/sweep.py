@@ -13,11 +13,10 @@ in a fresh kernel with ``COURSE_SEED`` and ``COURSE_NUM_THREADS`` set (see
 failed and seconds, to ``book/sweep.json``; the book's status page shows it.
 A run fails when any cell raises, a notebook's own ``assert`` included.
 
-Notebooks also hand their headline numbers to the sweep with
-:func:`course_lib.record`
-(``course_lib.record(local_minus_global=...)``); the sweep keeps them, and the
-status page gives their mean, standard deviation and range over the runs:
-the spread that an assert's margin must be taken from.
+Notebooks also hand the numbers their asserts test to the sweep with
+``course_lib.record(name=value)``; the sweep keeps them, and the status page
+gives their mean, standard deviation and range over the runs: the spread
+that an assert's margin must be taken from.
 """
 
 from __future__ import annotations
@@ -27,10 +26,11 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from course_lib.runtime import RESULTS_ENV
@@ -42,49 +42,42 @@ DEFAULT_OUT = ROOT / "book" / "sweep.json"
 DEFAULT_NOTEBOOKS = ("notebooks/*.ipynb", "solutions/*.ipynb")
 
 
-def _execute(notebook: Path, timeout: int, save: Path | None = None) -> dict:
-    """Execute one notebook in a fresh kernel (in this process's environment).
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-    With ``save``, the executed notebook (outputs and all) is written there.
+
+def _nbval_error(output: str) -> str:
+    """The failing cell, line and exception from nbval's report."""
+    text = _ANSI.sub("", output)
+    lines = [line.strip() for line in text.splitlines()]
+    cell = re.search(r"Cell (\d+): Cell execution caused an exception", text)
+    errors = [
+        line
+        for line in lines
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b", line) and "Traceback" not in line
+    ]
+    arrows = [line for line in lines if line.startswith("---->")]
+    if not (cell and errors):
+        return "the run failed: " + " | ".join(line for line in lines[-6:] if line)
+    where = f"code cell {cell.group(1)}" + (f" [{arrows[-1][:160]}]" if arrows else "")
+    return f"{errors[-1][:400]} ({where})"
+
+
+def _command(notebook: Path, timeout: int) -> list[str]:
+    """Execute one notebook exactly as the test suite does: nbval, in lax mode, in pytest.
+
+    (nbclient, which ``jupyter nbconvert --execute`` uses, waited out the whole
+    cell timeout after each ``ipywidgets.interact`` cell here.) No conftest
+    is loaded, so nothing is written to the book's execution cache.
     """
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
-
-    nb = nbformat.read(notebook, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": notebook.parent}},
-    )
-    start = time.perf_counter()
-    error = None
-    try:
-        client.execute()
-    except CellTimeoutError:
-        error = f"a cell ran longer than {timeout} s"
-    except CellExecutionError as exc:
-        error = f"{exc.ename}: {exc.evalue}".strip()
-        # The failing line: the last line of the traceback that names the cell.
-        for line in reversed(str(exc).splitlines()):
-            if line.strip().startswith("---->") or line.strip().startswith("Cell In"):
-                error += f" [{line.strip()[:160]}]"
-                break
-    seconds = round(time.perf_counter() - start, 1)
-    if save is not None:
-        nbformat.write(nb, save)
-    return {"ok": error is None, "seconds": seconds, "error": error}
+    return [
+        sys.executable, "-m", "pytest", str(notebook), "--noconftest", "-p", "no:cacheprovider",
+        "-q", "-x", "-o", "addopts=", "--nbval-lax", "--nbval-current-env",
+        f"--nbval-cell-timeout={timeout}", "--tb=short", "--color=no",
+    ]  # fmt: skip
 
 
-def run_notebook(
-    notebook: Path, seed: int, threads: int, timeout: int = 300, keep: Path | None = None
-) -> dict:
-    """Run ``notebook`` in a subprocess with the given seed and thread count.
-
-    With ``keep`` (a folder), the executed notebook is saved there as
-    ``<name>.seed<seed>.threads<threads>.ipynb``.
-    """
+def run_notebook(notebook: Path, seed: int, threads: int, timeout: int = 300) -> dict:
+    """Run ``notebook`` in a fresh kernel with the given seed and thread count."""
     import tempfile
 
     notebook = Path(notebook).resolve()
@@ -97,18 +90,13 @@ def run_notebook(
             OMP_NUM_THREADS=str(threads),
             **{RESULTS_ENV: str(results_file)},
         )
-        cmd = [sys.executable, "-m", "course_lib.sweep", "--execute", str(notebook)]
-        cmd += ["--timeout", str(timeout)]
-        if keep is not None:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            saved = Path(keep) / f"{notebook.stem}.seed{seed}.threads{threads}.ipynb"
-            cmd += ["--save", str(saved.resolve())]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        try:
-            outcome = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            tail = (proc.stdout + proc.stderr).strip()[-400:]
-            outcome = {"ok": False, "seconds": None, "error": f"runner crashed: {tail}"}
+        start = time.perf_counter()
+        proc = subprocess.run(
+            _command(notebook, timeout), env=env, cwd=tmp, capture_output=True, text=True
+        )
+        seconds = round(time.perf_counter() - start, 1)
+        ok = proc.returncode == 0
+        error = None if ok else _nbval_error(proc.stdout + proc.stderr)
         results: dict[str, float] = {}
         if results_file.exists():
             for line in results_file.read_text().splitlines():
@@ -117,7 +105,15 @@ def run_notebook(
         name = str(notebook.relative_to(ROOT))
     except ValueError:
         name = str(notebook)
-    return {"notebook": name, "seed": seed, "threads": threads, **outcome, "results": results}
+    return {
+        "notebook": name,
+        "seed": seed,
+        "threads": threads,
+        "ok": ok,
+        "seconds": seconds,
+        "error": error,
+        "results": results,
+    }
 
 
 def sweep(
@@ -126,7 +122,6 @@ def sweep(
     threads: list[int],
     jobs: int | None = None,
     timeout: int = 300,
-    keep: Path | None = None,
     progress: bool = True,
 ) -> list[dict]:
     """Run every notebook for every (seed, thread count); return one row per run.
@@ -140,8 +135,8 @@ def sweep(
     for t in threads:
         tasks = [(nb, s, t) for s in seeds for nb in notebooks]
         with ThreadPoolExecutor(max_workers=max(1, jobs // t)) as pool:
-            futures = [pool.submit(run_notebook, nb, s, t_, timeout, keep) for nb, s, t_ in tasks]
-            for future in futures:
+            futures = [pool.submit(run_notebook, nb, s, t_, timeout) for nb, s, t_ in tasks]
+            for future in as_completed(futures):
                 row = future.result()
                 rows.append(row)
                 if progress:
@@ -214,19 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="CPU cores to use (default: all)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON record to update")
-    parser.add_argument("--keep", type=Path, help="save the executed notebooks in this folder")
-    parser.add_argument("--execute", type=Path, help=argparse.SUPPRESS)  # one run, in a child
-    parser.add_argument("--save", type=Path, help=argparse.SUPPRESS)  # where the child saves it
     args = parser.parse_args(argv)
-
-    if args.execute:
-        print(json.dumps(_execute(args.execute.resolve(), args.timeout, args.save)))
-        return 0
 
     from course_lib.runtime import describe_hardware
 
     notebooks = _find_notebooks(args.notebooks or list(DEFAULT_NOTEBOOKS))
-    rows = sweep(notebooks, args.seeds, args.threads, args.jobs, args.timeout, args.keep)
+    rows = sweep(notebooks, args.seeds, args.threads, args.jobs, args.timeout)
     _merge(args.out, rows, describe_hardware())
     failed = [r for r in rows if not r["ok"]]
     print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
