@@ -55,7 +55,7 @@ def _nbval_error(output: str) -> str:
         for line in lines
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b", line) and "Traceback" not in line
     ]
-    arrows = [line for line in lines if line.startswith("---->")]
+    arrows = [line for line in lines if re.match(r"^-+> ", line)]  # IPython's "----> 12 ..."
     if not (cell and errors):
         return "the run failed: " + " | ".join(line for line in lines[-6:] if line)
     where = f"code cell {cell.group(1)}" + (f" [{arrows[-1][:160]}]" if arrows else "")

@@ -66,3 +66,8 @@ def test_status_page_lists_every_notebook(book_build):
     for name in _toc_files():
         if (ROOT / f"{name}.ipynb").exists() and not name.startswith("exercises/"):
             assert name.split("/")[-1] in html, f"{name} missing from the execution table"
+    # the last seed/thread sweep (book/sweep.json), rendered by the course-sweep directive
+    assert 'class="table course-sweep"' in html, "the sweep table is missing from the status page"
+    sweep = html[html.index('class="table course-sweep"') :]
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert f"notebooks/{nb.name}" in sweep, f"{nb.name} missing from the sweep table"
