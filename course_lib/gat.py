@@ -735,10 +735,12 @@ def fit_seeds(
     (``lr``, ``weight_decay``, ``max_epochs``, ``patience``).
 
     The runs are independent, so on the CPU they are spread over ``workers``
-    processes (default: one per core this process may use, at most 8), each with
-    as many torch threads as this process has (one, after
-    :func:`course_lib.setup_notebook`): a run gives the same numbers as it
-    would in this process, and the wall time falls with the number of cores.
+    processes (default: one per core this process may use, at most 8), which
+    share this process's torch threads (at least one each: one, after
+    :func:`course_lib.setup_notebook`; two workers with two threads each on two
+    cores ran the Cora reproduction more than twice as slowly). Each run seeds
+    everything with its own seed, and the wall time falls with the number of
+    cores.
     They start in the order of ``setups``, so put the slowest first.  On a GPU,
     or with ``workers=1``, the runs go one after another in this process.
     """
@@ -770,7 +772,7 @@ def fit_seeds(
     else:
         # "spawn": a fresh interpreter per worker, safe whatever threads this one runs
         context = multiprocessing.get_context("spawn")
-        init = (data, torch.get_num_threads())
+        init = (data, max(1, torch.get_num_threads() // workers))  # no oversubscription
         with ProcessPoolExecutor(workers, context, _start_worker, init) as pool:
             futures = {
                 pool.submit(_run_one, setups[name], seed): (name, seed) for name, seed in runs
