@@ -49,13 +49,17 @@ def _nbval_error(output: str) -> str:
     """The failing cell, line and exception from nbval's report."""
     text = _ANSI.sub("", output)
     lines = [line.strip() for line in text.splitlines()]
-    cell = re.search(r"Cell (\d+): Cell execution caused an exception", text)
+    cell = re.search(r"Cell (\d+): (Cell execution caused an exception|Timeout of)", text)
     errors = [
         line
         for line in lines
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b", line) and "Traceback" not in line
     ]
     arrows = [line for line in lines if re.match(r"^-+> ", line)]  # IPython's "----> 12 ..."
+    interrupted = bool(errors) and errors[-1].startswith("KeyboardInterrupt")
+    if interrupted or "Timeout of" in text:  # nbval interrupts a cell past its time limit
+        where = f"code cell {cell.group(1)}" if cell else "a cell"
+        return f"{where} ran past the per-cell time limit (--timeout) and was interrupted"
     if not (cell and errors):
         return "the run failed: " + " | ".join(line for line in lines[-6:] if line)
     where = f"code cell {cell.group(1)}" + (f" [{arrows[-1][:160]}]" if arrows else "")

@@ -115,3 +115,10 @@ def test_status_page_renders_the_sweep():
     assert "1 of 2 runs passed" in html and "pass 3 s" in html and "FAIL" in html
     assert "&lt;too close&gt;" in html  # errors are escaped
     assert "No sweep has been recorded yet" in book._sweep_tables({})
+
+
+def test_run_notebook_names_a_cell_past_its_time_limit(tmp_path):
+    path = _notebook(tmp_path, "slow.ipynb", "x = 1", "import time\ntime.sleep(30)")
+    row = sweep.run_notebook(path, seed=0, threads=1, timeout=2)
+    assert not row["ok"]
+    assert "code cell 1 ran past the per-cell time limit" in row["error"], row["error"]
