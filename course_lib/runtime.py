@@ -11,8 +11,8 @@ A fixed seed makes a rerun on the *same* machine repeat itself; it does not
 give the same trained numbers on another CPU, thread count, GPU or PyTorch
 release, which round floating point differently. So the course asserts only
 claims that hold for any seed, with margins measured over seeds
-(``python -m course_lib.sweep``), and the prose shows the numbers its own
-build computed.
+(``python -m course_lib.sweep``, which collects the numbers that notebooks
+pass to ``record``), and the prose shows the numbers its own build computed.
 
 The device is CUDA when one is present, else the CPU; ``COURSE_DEVICE=cpu``
 forces the CPU.
