@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from course_lib.runtime import RESULTS_ENV
+from course_lib.runtime import RESULTS_ENV, describe_hardware
 
 __all__ = ["run_notebook", "sweep", "summarize_results", "main"]
 
@@ -69,9 +69,10 @@ def _nbval_error(output: str) -> str:
 def _command(notebook: Path, timeout: int) -> list[str]:
     """Execute one notebook exactly as the test suite does: nbval, in lax mode, in pytest.
 
-    (nbclient, which ``jupyter nbconvert --execute`` uses, waited out the whole
-    cell timeout after each ``ipywidgets.interact`` cell here.) No conftest
-    is loaded, so nothing is written to the book's execution cache.
+    (nbclient, which ``jupyter nbconvert --execute`` uses, once waited out the
+    whole cell timeout after the ``ipywidgets.interact`` cells of chapters 6
+    and 7 when two notebooks started at the same time.) No conftest is
+    loaded, so nothing is written to the book's execution cache.
     """
     return [
         sys.executable, "-m", "pytest", str(notebook), "--noconftest", "-p", "no:cacheprovider",
@@ -214,8 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON record to update")
     args = parser.parse_args(argv)
-
-    from course_lib.runtime import describe_hardware
 
     notebooks = _find_notebooks(args.notebooks or list(DEFAULT_NOTEBOOKS))
     rows = sweep(notebooks, args.seeds, args.threads, args.jobs, args.timeout)
