@@ -1,14 +1,14 @@
 """BERT: a bidirectional encoder, masked language modelling, a [CLS] classifier (Chapter 12).
 
 * :class:`BertEncoder`: token + position + segment embeddings, a layer norm
-  (12.1) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
+  (12.2) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
   :class:`~course_lib.transformer.EncoderBlock` with GELU and **no** causal
   mask: every token sees every token.  ``forward`` returns the hidden states
   and the pooled [CLS] vector ``tanh(W_p h_0 + b_p)``.  Laid out so that
   :func:`load_hf_bert` copies a Hugging Face ``BertModel`` into it exactly.
-* :class:`MaskedLM`: the MLM head (12.2) ``softmax(E g(h_t) + b)`` with
+* :class:`MaskedLM`: the MLM head (12.3) ``softmax(E g(h_t) + b)`` with
   ``g = LN(GELU(W h + c))`` and the output matrix *tied* to the token embedding E.
-* :func:`mask_tokens`: BERT's masking (12.3): 15% of the non-special tokens
+* :func:`mask_tokens`: BERT's masking (12.1): 15% of the non-special tokens
   are selected; of those 80% become [MASK], 10% a random token, 10% stay;
   the labels are the original ids there and -100 (ignored) elsewhere.
 * :class:`Classifier`: a linear layer on the pooled [CLS] vector.
@@ -120,7 +120,7 @@ class BertEncoder(nn.Module):
                 cfg.num_attention_heads,
                 cfg.intermediate_size,
                 cfg.dropout,
-                norm_first=False,  # BERT is post-norm, (4.2)
+                norm_first=False,  # BERT is post-norm, Chapter 4, (4.2)
                 activation="gelu",
                 eps=cfg.layer_norm_eps,
             )
@@ -136,7 +136,7 @@ class BertEncoder(nn.Module):
             nn.init.normal_(layer.self_attn.in_proj_weight, std=0.02)
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        """(12.1) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
+        """(12.2) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
         if input_ids.dim() != 2:
             raise ValueError(f"BertEncoder: input_ids must be [B, T], got {list(input_ids.shape)}")
         t = input_ids.shape[1]
@@ -164,7 +164,7 @@ class BertEncoder(nn.Module):
 
 
 class MaskedLM(nn.Module):
-    """Encoder + MLM head (12.2), output matrix tied to the token embedding.
+    """Encoder + MLM head (12.3), output matrix tied to the token embedding.
 
     ``forward(input_ids, token_type_ids=None, attention_mask=None) -> logits [B, T, V]``.
     """
@@ -189,7 +189,7 @@ class MaskedLM(nn.Module):
         return self.head(h)
 
     def head(self, h: Tensor) -> Tensor:
-        """(12.2) logits ``E g(h) + b`` [..., V] of hidden states ``h`` [..., D]."""
+        """(12.3) logits ``E g(h) + b`` [..., V] of hidden states ``h`` [..., D]."""
         g = self.norm(F.gelu(self.transform(h)))
         return F.linear(g, self.encoder.tok.weight, self.bias)  # tied: E g + b
 
@@ -235,7 +235,7 @@ def mask_tokens(
     prob: float = 0.15,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """BERT's masking (12.3); returns ``(inputs, labels)``, both shaped like ``ids``.
+    """BERT's masking (12.1); returns ``(inputs, labels)``, both shaped like ``ids``.
 
     Each token that is not in ``special_ids`` is selected with probability
     ``prob``.  A selected token becomes ``mask_id`` with probability 0.8, a token

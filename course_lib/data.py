@@ -25,8 +25,7 @@ loader                    returns                                used for
 :func:`cora`              :class:`Graph`, 2708 nodes             graph attention (GAT)
 :func:`karate_club`       :class:`Graph`, 34 nodes               graph attention, by hand
 :func:`digits`            images ``[1797, 1, 8, 8]``, labels     vision attention (patches)
-:func:`sunspots`          yearly ``pandas.Series``, 309 points   attention pooling on series
-:func:`co2`               weekly ``pandas.Series``, 2284 points  attention pooling on series
+:func:`co2`               weekly ``pandas.Series``, 2284 points  time-series forecasting
 ========================  =====================================  ===============================
 
 Only :func:`fetch`, :func:`tiny_shakespeare` and :func:`cora` need files; the
@@ -57,7 +56,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:  # pandas is only needed by sunspots() and co2()
+if TYPE_CHECKING:  # pandas is only needed by co2()
     import pandas as pd
 
 __all__ = [
@@ -69,7 +68,6 @@ __all__ = [
     "cora",
     "karate_club",
     "digits",
-    "sunspots",
     "co2",
 ]
 
@@ -423,26 +421,13 @@ def digits() -> tuple[Tensor, Tensor]:
 # ---------------------------------------------------------------------------
 
 
-def sunspots() -> pd.Series:
-    """Yearly mean sunspot activity, from ``statsmodels``' ``sunspots`` data set.
-
-    A float64 ``pandas.Series`` named ``"sunspots"`` (the ``SUNACTIVITY``
-    column) of 309 points, indexed by the integer year, 1700 to 2008.  A short,
-    quasi-periodic (about 11 years) series for the attention-pooling examples.
-    """
-    dataset = _require("statsmodels.datasets.sunspots")
-    frame = dataset.load_pandas().data
-    series = frame["SUNACTIVITY"].set_axis(frame["YEAR"].astype("int64").rename("year"))
-    return series.rename("sunspots")
-
-
 def co2() -> pd.Series:
     """Weekly atmospheric CO2 at Mauna Loa (ppm), from ``statsmodels``' ``co2`` data set.
 
     A float64 ``pandas.Series`` named ``"co2"`` of 2284 weekly points indexed
     by date (weeks ending on Saturday), 1958-03-29 to 2001-12-29.  The 59
     missing weeks are filled by linear interpolation in time.  A trend plus a
-    yearly cycle, for the attention-pooling examples.
+    yearly cycle: the series Chapter 10 forecasts.
     """
     dataset = _require("statsmodels.datasets.co2")
     series = dataset.load_pandas().data["co2"].interpolate(method="time")

@@ -6,9 +6,9 @@ embeddings, pre-norm :class:`~course_lib.transformer.EncoderBlock` run with the
 causal mask (3.4), a final layer norm, a linear read-out).  This module adds
 what a language model needs around it:
 
-* the next-token objective (11.1) ``L = -1/T sum_t log p(x_{t+1} | x_{<=t})``
-  and perplexity ``PPL = exp(L)`` (11.2) (:func:`batches`, :func:`train_lm`,
-  :func:`evaluate`; the loss itself is :func:`course_lib.positional.lm_loss`);
+* perplexity ``PPL = exp(L)`` (11.2) of the next-token loss (11.1)
+  (:func:`evaluate`); the data, the loss and the training loop of every
+  language model of the course are in :mod:`course_lib.lm`;
 * checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`);
 * sampling with a temperature and top-k (11.3), seeded (:func:`sample`);
 * LoRA (11.4) ``y = W x + b + (alpha / r) B A x`` with ``W`` frozen, ``A`` [r, in],
@@ -21,22 +21,17 @@ what a language model needs around it:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_lib.positional import evaluate_lm, lm_loss
-from course_lib.training import train
+from course_lib.lm import evaluate_lm
 from course_lib.transformer import DecoderOnly
 
 __all__ = [
-    "CharVocab",
     "GPT",
-    "batches",
-    "train_lm",
     "evaluate",
     "save_checkpoint",
     "load_checkpoint",
@@ -47,31 +42,6 @@ __all__ = [
     "count_parameters",
     "load_gpt2_weights",
 ]
-
-
-class CharVocab:
-    """Characters <-> integers: ``encode(str) -> Tensor [N]``, ``decode(ids) -> str``."""
-
-    def __init__(self, text: str) -> None:
-        self.chars = sorted(set(text))
-        self.index = {c: i for i, c in enumerate(self.chars)}
-
-    def __len__(self) -> int:
-        return len(self.chars)
-
-    def encode(self, text: str) -> Tensor:
-        unknown = sorted(set(text) - self.index.keys())
-        if unknown:
-            raise ValueError(
-                f"CharVocab.encode: character {unknown[0]!r} is not in the vocabulary built "
-                f"from the training text ({len(self.chars)} characters"
-                + (f"; {len(unknown)} unseen characters in all" if len(unknown) > 1 else "")
-                + ")"
-            )
-        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
-
-    def decode(self, ids: Tensor | list[int]) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
 
 
 class GPT(DecoderOnly):
@@ -122,58 +92,12 @@ class GPT(DecoderOnly):
         return self.blocks(self.embed(tokens), is_causal=True)
 
 
-def batches(
-    data: Tensor, block: int, batch_size: int, *, generator: torch.Generator, device=None
-) -> Callable[[], tuple[Tensor, Tensor]]:
-    """A ``make_batch()`` for :func:`course_lib.training.train`: random windows of ``data``.
-
-    Each call returns ``(x [B, block], y [B, block])`` with ``y`` = ``x`` shifted
-    by one (the next-token targets), start positions drawn with ``generator``.
-    """
-    if data.dim() != 1 or data.numel() <= block:
-        raise ValueError(
-            f"batches: data must be [N] with N > block={block}, got shape {list(data.shape)}"
-        )
-    offsets = torch.arange(block + 1)
-
-    def make_batch() -> tuple[Tensor, Tensor]:
-        starts = torch.randint(data.numel() - block, (batch_size,), generator=generator)
-        windows = data[starts[:, None] + offsets]  #                         [B, block + 1]
-        return windows[:, :-1].to(device), windows[:, 1:].to(device)
-
-    return make_batch
-
-
-def train_lm(
-    model: nn.Module,
-    data: Tensor,
-    steps: int,
-    *,
-    block: int = 64,
-    batch_size: int = 32,
-    lr: float = 3e-3,
-    seed: int = 0,
-    progress: bool = True,
-    desc: str = "training",
-    **kwargs,
-) -> list[float]:
-    """Train on random windows of ``data`` with the next-token loss (11.1); per-step losses.
-
-    The course's loop :func:`course_lib.training.train` does the work; ``seed``
-    fixes the order of the windows.
-    """
-    device = next(model.parameters()).device
-    g = torch.Generator().manual_seed(seed)
-    make_batch = batches(data, block, batch_size, generator=g, device=device)
-    return train(model, make_batch, lm_loss, steps, lr, progress=progress, desc=desc, **kwargs)
-
-
 def evaluate(
     model: nn.Module, data: Tensor, *, block: int = 64, num_chars: int = 32768
 ) -> tuple[float, float]:
     """``(loss, perplexity)`` on the first ``num_chars`` targets of ``data`` (11.1)-(11.2).
 
-    Consecutive windows of ``block`` tokens (:func:`course_lib.positional.evaluate_lm`);
+    Consecutive windows of ``block`` tokens (:func:`course_lib.lm.evaluate_lm`);
     deterministic.  ``num_chars`` is rounded down to a multiple of ``block``.
     Raises ``ValueError`` if ``block`` exceeds the model's ``max_len``.
     """

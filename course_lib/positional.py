@@ -17,22 +17,22 @@ families of ways to do it.
   :func:`alibi_bias`, eqs. (8.5)-(8.6)), or RoPE's rotation of queries and keys
   (:func:`apply_rope`, eqs. (8.7)-(8.8)).
 
-The last part of the module is the small causal character-level language
-model of Chapter 8's extrapolation experiment, :class:`PositionalLM`, which
-takes any of these methods by name (``"none"``, ``"learned"``,
-``"sinusoidal"``, ``"shaw"``, ``"t5"``, ``"alibi"``, ``"rope"``).  It is the
-course's pre-norm stack (:class:`course_lib.transformer.Encoder`) with each
-block's attention replaced by :class:`PositionalAttention`, which calls
-:func:`course_lib.attention.scaled_dot_product_attention` with an additive
-mask; the hooks that function lacks (a bias per head, RoPE on ``q`` and ``k``,
-Shaw's key and value terms) are here.
+The relative methods reach the model through one attention class: each is a
+small :class:`PositionHook` (:class:`ShawPositions`, :class:`T5Bias`,
+:class:`ALiBi`, :class:`RoPE`) handed to
+:class:`course_lib.attention.MultiHeadAttention` as ``position=``, which lets
+it rotate the heads' queries and keys, add a bias to their scores, or add a
+term to their outputs.  :func:`position_hook` builds one by name;
+:class:`course_lib.lm.PositionalLM` is the language model of Chapter 8's
+extrapolation experiment.
 
-Conventions.  ``L`` (or ``Lq``, ``Lk``) sequence lengths, ``d`` a vector size
-(even where pairs of coordinates are rotated), ``H`` heads.  Relative position
-is always **key minus query**, ``r_ij = j - i`` (negative for keys in the past,
-as in T5's code), and a query sequence shorter than the key sequence holds the
-*last* ``Lq`` positions (the layout of decoding with a cache).  Equation
-numbers refer to Chapters 7 and 8 of the course.
+Shapes (``book/notation.md``): ``T`` query positions, ``S`` key positions,
+``d`` a vector size (a head's width; even where pairs of coordinates are
+rotated), ``h`` heads, ``B`` batch.  Relative position is always **key minus
+query**, ``r_ij = j - i`` (negative for keys in the past, as in T5's code), and
+a query sequence shorter than the key sequence holds the *last* ``T``
+positions (the layout of decoding with a cache).  Equation numbers refer to
+Chapters 7 and 8 of the course.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_lib.attention import scaled_dot_product_attention, to_additive_mask
-from course_lib.transformer import Encoder
+from course_lib.attention import scaled_dot_product_attention
+from course_lib.masks import to_additive_mask
+from course_lib.shapes import fmt_shape
 
 __all__ = [
     # Chapter 7: absolute positions
@@ -55,6 +55,8 @@ __all__ = [
     # Chapter 8: relative positions
     "relative_positions",
     "shaw_indices",
+    "shaw_key_bias",
+    "shaw_value_term",
     "shaw_attention",
     "t5_relative_position_bucket",
     "t5_bias",
@@ -65,17 +67,15 @@ __all__ = [
     "rotate_interleaved",
     "apply_rope",
     "rope_permutation",
-    # Chapter 8: the extrapolation experiment's language model
+    # Chapter 8: the methods as hooks of MultiHeadAttention
+    "PositionHook",
+    "ShawPositions",
+    "T5Bias",
+    "ALiBi",
+    "RoPE",
     "POSITION_METHODS",
-    "PositionalAttention",
-    "PositionalLM",
-    "lm_loss",
-    "evaluate_lm",
+    "position_hook",
 ]
-
-
-def _fmt(shape: torch.Size | tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
 
 
 def _positive(where: str, **sizes: int) -> None:
@@ -98,11 +98,6 @@ def _frequency_args(where: str, dim: int, base: float) -> None:
     _even(where, "dim", dim)
     if base <= 1:
         raise ValueError(f"{where}: base must be > 1, got {base}")
-
-
-def _check_method(where: str, method: str) -> None:
-    if method not in POSITION_METHODS:
-        raise ValueError(f"{where}: method must be one of {POSITION_METHODS}, got {method!r}")
 
 
 # ===========================================================================
@@ -142,8 +137,8 @@ def sinusoidal_table(
     _positive("sinusoidal_table", num_positions=num_positions)
     _frequency_args("sinusoidal_table", dim, base)
     omega = sinusoidal_frequencies(dim, base)  #                               [d/2]
-    p = torch.arange(num_positions, dtype=torch.float64)  #                    [L]
-    angles = p[:, None] * omega[None, :]  # p * omega_i                        [L, d/2]
+    p = torch.arange(num_positions, dtype=torch.float64)  #                    [T]
+    angles = p[:, None] * omega[None, :]  # p * omega_i                        [T, d/2]
     table = torch.empty(num_positions, dim, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angles)  # (7.1) PE[p, 2i]   = sin(p omega_i)
     table[:, 1::2] = torch.cos(angles)  # (7.1) PE[p, 2i+1] = cos(p omega_i)
@@ -217,7 +212,7 @@ class LearnedPositions(nn.Module):
 def relative_positions(
     q_len: int, k_len: int | None = None, *, device: torch.device | str | None = None
 ) -> Tensor:
-    """Key minus query position, ``r_ij = j - i``, int64 ``[Lq, Lk]`` (Chapter 8).
+    """Key minus query position, ``r_ij = j - i``, int64 ``[T, S]`` (Chapter 8).
 
     With ``k_len > q_len`` the queries are the last ``q_len`` positions, so the
     diagonal ``r = 0`` ends at the bottom-right corner.  Negative entries are
@@ -227,9 +222,9 @@ def relative_positions(
     _positive("relative_positions", q_len=q_len, k_len=k_len)
     if q_len > k_len:
         raise ValueError(f"relative_positions: q_len ({q_len}) must be <= k_len ({k_len})")
-    i = torch.arange(k_len - q_len, k_len, device=device)  # query positions   [Lq]
-    j = torch.arange(k_len, device=device)  # key positions                    [Lk]
-    return j[None, :] - i[:, None]  # r_ij = j - i                             [Lq, Lk]
+    i = torch.arange(k_len - q_len, k_len, device=device)  # query positions   [T]
+    j = torch.arange(k_len, device=device)  # key positions                    [S]
+    return j[None, :] - i[:, None]  # r_ij = j - i                             [T, S]
 
 
 def shaw_indices(
@@ -237,15 +232,43 @@ def shaw_indices(
 ) -> Tensor:
     """Rows of Shaw et al.'s tables for every pair, Chapter 8, eq. (8.3).
 
-    ``clip(j - i, -K, K) + K`` with ``K = max_distance``: int64 ``[Lq, Lk]`` in
+    ``clip(j - i, -K, K) + K`` with ``K = max_distance``: int64 ``[T, S]`` in
     ``0 .. 2K``.  Row ``K`` is distance 0; every key farther than ``K`` shares
     row ``0`` (past) or ``2K`` (future), so a table of ``2K + 1`` rows serves any
     length.
     """
     if not isinstance(max_distance, int) or max_distance < 0:
         raise ValueError(f"shaw_indices: max_distance must be an int >= 0, got {max_distance!r}")
-    r = relative_positions(q_len, k_len, device=device)  #                     [Lq, Lk]
-    return r.clamp(-max_distance, max_distance) + max_distance  # (8.3)         [Lq, Lk]
+    r = relative_positions(q_len, k_len, device=device)  #                     [T, S]
+    return r.clamp(-max_distance, max_distance) + max_distance  # (8.3)         [T, S]
+
+
+def shaw_key_bias(q: Tensor, rel_k: Tensor, k_len: int) -> Tensor:
+    """Shaw et al.'s key term, Chapter 8, eq. (8.1): ``q_i . a^K_ij / sqrt(d)``, ``[..., T, S]``.
+
+    ``q`` [..., T, d]; ``rel_k`` [2K+1, d] (``K`` read from its size); ``k_len`` = S.
+    Never formed as a [T, S, d] tensor: ``q_i . a^K_r`` is computed once per
+    table row (``q @ rel_k^T``, [..., T, 2K+1]) and gathered at row ``idx_ij`` (8.3).
+    """
+    t, d = q.shape[-2:]
+    idx = shaw_indices(t, k_len, rel_k.shape[0] // 2, device=q.device)  # (8.3)  [T, S]
+    qa = q @ rel_k.transpose(0, 1)  # q_i . a^K_r for every row r              [..., T, 2K+1]
+    return qa.gather(-1, idx.expand(*qa.shape[:-1], k_len)) / math.sqrt(d)  # [..., T, S]
+
+
+def shaw_value_term(weights: Tensor, rel_v: Tensor) -> Tensor:
+    """Shaw et al.'s value term, Chapter 8, eq. (8.2): ``sum_j alpha_ij a^V_ij``, ``[..., T, dv]``.
+
+    ``weights`` [..., T, S]; ``rel_v`` [2K+1, dv].  The weights are summed into
+    the 2K+1 table rows first (``sum_{j: idx_ij = r} alpha_ij``), then multiplied once.
+    """
+    t, s = weights.shape[-2:]
+    idx = shaw_indices(t, s, rel_v.shape[0] // 2, device=weights.device)  # (8.3) [T, S]
+    per_row = torch.zeros(
+        *weights.shape[:-1], rel_v.shape[0], dtype=weights.dtype, device=weights.device
+    )
+    per_row = per_row.scatter_add(-1, idx.expand(*weights.shape[:-1], s), weights)  # [..., T, 2K+1]
+    return per_row @ rel_v  #                                                  [..., T, dv]
 
 
 def shaw_attention(
@@ -264,47 +287,39 @@ def shaw_attention(
     (8.2)  ``y_i = sum_j alpha_ij (v_j + a^V_ij)``,  ``alpha_i = softmax_j(e_ij + M_ij)``
     (8.3)  ``a^K_ij = rel_k[clip(j - i, -K, K) + K]`` (likewise ``a^V``)
 
-    Shapes: ``q`` [..., Lq, d], ``k`` [..., Lk, d], ``v`` [..., Lk, dv],
+    Shapes: ``q`` [..., T, d], ``k`` [..., S, d], ``v`` [..., S, dv],
     ``rel_k`` [2K+1, d], ``rel_v`` [2K+1, dv] or ``None`` (no value term);
     ``K`` is read from the table size.  The tables are shared by all heads, as in
     the paper.  ``mask``: bool (True = may attend) or additive, broadcastable to
-    [..., Lq, Lk].  Returns ``y`` [..., Lq, dv] (and the weights [..., Lq, Lk]
+    [..., T, S].  Returns ``y`` [..., T, dv] (and the weights [..., T, S]
     when ``return_weights``).  With zero tables this is plain scaled dot-product
     attention.
 
-    The key term is never formed as a [Lq, Lk, d] tensor: ``q_i . a^K_r`` is
-    computed once per table row (``q @ rel_k^T``, [..., Lq, 2K+1]) and gathered;
-    the value term scatters the weights into the 2K+1 rows and multiplies once.
+    The two relative terms are :func:`shaw_key_bias` and :func:`shaw_value_term`;
+    :class:`ShawPositions` hands the same two to
+    :class:`course_lib.attention.MultiHeadAttention`.
     """
     where = "shaw_attention"
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(
-            f"{where}: q, k, v must be [..., L, d], got {_fmt(q.shape)}, {_fmt(k.shape)}, {_fmt(v.shape)}"
+            f"{where}: q, k, v must be [..., T, d], got {fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}"
         )
     d = q.shape[-1]
     if rel_k.dim() != 2 or rel_k.shape[0] % 2 == 0 or rel_k.shape[1] != d:
         raise ValueError(
-            f"{where}: rel_k must be [2K+1, d={d}] (an odd number of rows), got {_fmt(rel_k.shape)}"
+            f"{where}: rel_k must be [2K+1, d={d}] (an odd number of rows), got {fmt_shape(rel_k.shape)}"
         )
     if rel_v is not None and (rel_v.dim() != 2 or rel_v.shape != (rel_k.shape[0], v.shape[-1])):
         raise ValueError(
-            f"{where}: rel_v must be [2K+1={rel_k.shape[0]}, dv={v.shape[-1]}], got {_fmt(rel_v.shape)}"
+            f"{where}: rel_v must be [2K+1={rel_k.shape[0]}, dv={v.shape[-1]}], got {fmt_shape(rel_v.shape)}"
         )
-    big_k = rel_k.shape[0] // 2
-    lq, lk = q.shape[-2], k.shape[-2]
-    idx = shaw_indices(lq, lk, big_k, device=q.device)  # (8.3)                [Lq, Lk]
-    qa = q @ rel_k.transpose(0, 1)  # q_i . a^K_r for every row r              [..., Lq, 2K+1]
-    key_term = qa.gather(-1, idx.expand(*qa.shape[:-1], lk))  # q_i . a^K_ij   [..., Lq, Lk]
-    bias = key_term / math.sqrt(d)  # (8.1): the relative half of e_ij
+    bias = shaw_key_bias(q, rel_k, k.shape[-2])  # (8.1): the relative half of e_ij
     if mask is not None:
         bias = bias + to_additive_mask(mask, q.dtype)  # M_ij: 0 or -inf, or any additive bias
     # (8.1)-(8.2) content part: softmax(q k^T / sqrt(d) + bias) v
     y, w = scaled_dot_product_attention(q, k, v, bias, return_weights=True)
     if rel_v is not None:
-        # (8.2) value term sum_j alpha_ij a^V_ij = sum_r (sum_{j: idx_ij = r} alpha_ij) a^V_r
-        per_row = torch.zeros(*w.shape[:-1], rel_v.shape[0], dtype=w.dtype, device=w.device)
-        per_row = per_row.scatter_add(-1, idx.expand(*w.shape[:-1], lk), w)  # [..., Lq, 2K+1]
-        y = y + per_row @ rel_v  #                                              [..., Lq, dv]
+        y = y + shaw_value_term(w, rel_v)  # (8.2)                              [..., T, dv]
     return (y, w) if return_weights else y
 
 
@@ -365,15 +380,15 @@ def t5_bias(
 ) -> Tensor:
     """T5's relative attention bias, Chapter 8, eq. (8.4): ``b_h(i, j) = table[bucket(j - i), h]``.
 
-    ``table`` is the learned ``[num_buckets, H]`` (``nn.Embedding(num_buckets, H).weight``
-    in T5).  Returns ``[H, Lq, Lk]``, to be *added* to the scores ``q_i . k_j``
+    ``table`` is the learned ``[num_buckets, h]`` (``nn.Embedding(num_buckets, h).weight``
+    in T5).  Returns ``[h, T, S]``, to be *added* to the scores ``q_i . k_j``
     (T5 does not divide by ``sqrt(d)``; its initialisation absorbs the scale).
     """
     if table.dim() != 2:
-        raise ValueError(f"t5_bias: table must be [num_buckets, H], got {_fmt(table.shape)}")
-    r = relative_positions(q_len, k_len, device=table.device)  #               [Lq, Lk]
+        raise ValueError(f"t5_bias: table must be [num_buckets, h], got {fmt_shape(table.shape)}")
+    r = relative_positions(q_len, k_len, device=table.device)  #               [T, S]
     buckets = t5_relative_position_bucket(r, bidirectional, table.shape[0], max_distance)
-    return table[buckets].permute(2, 0, 1)  # (8.4)                          [H, Lq, Lk]
+    return table[buckets].permute(2, 0, 1)  # (8.4)                          [h, T, S]
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -396,18 +411,18 @@ def alibi_slopes(num_heads: int) -> Tensor:
 
 
 def alibi_bias(slopes: Tensor, q_len: int, k_len: int | None = None) -> Tensor:
-    """ALiBi's bias, Chapter 8, eq. (8.5): ``b_h(i, j) = -m_h |i - j|``, ``[H, Lq, Lk]``.
+    """ALiBi's bias, Chapter 8, eq. (8.5): ``b_h(i, j) = -m_h |i - j|``, ``[h, T, S]``.
 
     A *penalty* growing linearly with distance: ``m_h > 0``, and for a key in the
     past (``j <= i``) the bias is ``m_h (j - i) <= 0``.  Added to the scores
     ``q_i . k_j / sqrt(d)`` of a causal model, so keys in the future are masked
     anyway; used without a mask, this is the symmetric (bidirectional) form.
-    ``slopes`` [H] comes from :func:`alibi_slopes`.
+    ``slopes`` [h] comes from :func:`alibi_slopes`.
     """
     if slopes.dim() != 1:
-        raise ValueError(f"alibi_bias: slopes must be [H], got {_fmt(slopes.shape)}")
-    r = relative_positions(q_len, k_len, device=slopes.device)  # j - i          [Lq, Lk]
-    return -slopes[:, None, None] * r.abs().to(slopes.dtype)  # (8.5)          [H, Lq, Lk]
+        raise ValueError(f"alibi_bias: slopes must be [h], got {fmt_shape(slopes.shape)}")
+    r = relative_positions(q_len, k_len, device=slopes.device)  # j - i          [T, S]
+    return -slopes[:, None, None] * r.abs().to(slopes.dtype)  # (8.5)          [h, T, S]
 
 
 _CONVENTIONS = ("half", "interleaved")
@@ -428,8 +443,8 @@ def rope_cos_sin(
 ) -> tuple[Tensor, Tensor]:
     """Cosines and sines of RoPE's angles ``theta_(p, i) = p * omega_i``, Chapter 8, eq. (8.7).
 
-    ``positions``: int64 ``[L]`` (or an int ``L`` for ``0 .. L-1``); ``omega_i =
-    base^(-2i/d)`` as in eq. (7.1).  Returns ``(cos, sin)``, each ``[L, d]``, laid
+    ``positions``: int64 ``[T]`` (or an int ``T`` for ``0 .. T-1``); ``omega_i =
+    base^(-2i/d)`` as in eq. (7.1).  Returns ``(cos, sin)``, each ``[T, d]``, laid
     out for ``convention``: ``"half"`` repeats the ``d/2`` angles as
     ``[theta_0 .. theta_(d/2-1), theta_0 .. theta_(d/2-1)]`` (coordinate ``i`` is
     paired with ``i + d/2``: GPT-NeoX, Hugging Face LLaMA); ``"interleaved"``
@@ -441,13 +456,13 @@ def rope_cos_sin(
     if isinstance(positions, int):
         positions = torch.arange(positions)
     if positions.dim() != 1:
-        raise ValueError(f"rope_cos_sin: positions must be [L], got {_fmt(positions.shape)}")
+        raise ValueError(f"rope_cos_sin: positions must be [T], got {fmt_shape(positions.shape)}")
     omega = sinusoidal_frequencies(dim, base).to(positions.device)  #          [d/2]
-    theta = positions.to(torch.float64)[:, None] * omega[None, :]  #           [L, d/2]
+    theta = positions.to(torch.float64)[:, None] * omega[None, :]  #           [T, d/2]
     if convention == "half":
-        theta = torch.cat([theta, theta], dim=-1)  #                           [L, d]
+        theta = torch.cat([theta, theta], dim=-1)  #                           [T, d]
     else:
-        theta = theta.repeat_interleave(2, dim=-1)  #                          [L, d]
+        theta = theta.repeat_interleave(2, dim=-1)  #                          [T, d]
     return theta.cos().to(dtype), theta.sin().to(dtype)
 
 
@@ -471,18 +486,18 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, convention: str = "half")
 
         (a, b) -> (a cos - b sin,  a sin + b cos)
 
-    i.e. ``x * cos + rotate(x) * sin``.  ``x`` [..., L, d]; ``cos``, ``sin`` [L, d]
+    i.e. ``x * cos + rotate(x) * sin``.  ``x`` [..., T, d]; ``cos``, ``sin`` [T, d]
     from :func:`rope_cos_sin` with the same ``convention``.  A rotation keeps
     every norm, and eq. (8.8) follows: ``<R_m q, R_n k> = <q, R_(n-m) k>``
     depends on the positions only through ``n - m``.
     """
     _convention("apply_rope", convention)
     if x.dim() < 2 or x.shape[-1] % 2:
-        raise ValueError(f"apply_rope: x must be [..., L, d] with d even, got {_fmt(x.shape)}")
+        raise ValueError(f"apply_rope: x must be [..., T, d] with d even, got {fmt_shape(x.shape)}")
     if cos.shape != x.shape[-2:] or sin.shape != x.shape[-2:]:
         raise ValueError(
-            f"apply_rope: cos and sin must be [L, d] = {_fmt(x.shape[-2:])}, "
-            f"got {_fmt(cos.shape)} and {_fmt(sin.shape)}"
+            f"apply_rope: cos and sin must be [T, d] = {fmt_shape(x.shape[-2:])}, "
+            f"got {fmt_shape(cos.shape)} and {fmt_shape(sin.shape)}"
         )
     rotate = rotate_half if convention == "half" else rotate_interleaved
     return x * cos + rotate(x) * sin  # (8.7)
@@ -503,243 +518,123 @@ def rope_permutation(dim: int) -> Tensor:
 
 
 # ===========================================================================
-# Chapter 8: a small causal language model for every position method
+# Chapter 8: the methods as hooks of MultiHeadAttention
 # ===========================================================================
 
-#: The position methods :class:`PositionalLM` accepts.
+
+class PositionHook(nn.Module):
+    """A relative-position method, as :class:`course_lib.attention.MultiHeadAttention` sees it.
+
+    The attention calls three methods on its heads, ``q`` [B, h, T, d],
+    ``k`` [B, h, S, d] and the weights [B, h, T, S].  Each does nothing here; a
+    method overrides the ones it changes (one attention class, small hooks):
+
+    * ``rotate(q, k) -> (q, k)``: RoPE rotates queries and keys, eq. (8.7);
+    * ``score_bias(q, k) -> [h, T, S]`` (or [B, h, T, S], or ``None``): added
+      to ``q k^T / sqrt(d)`` before the softmax: Shaw's key term (8.1), T5's
+      bucket bias (8.4), ALiBi's penalty (8.5);
+    * ``value_term(weights) -> [B, h, T, d]`` (or ``None``): added to the heads'
+      output: Shaw's value term (8.2).
+    """
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return q, k
+
+    def score_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
+        return None
+
+    def value_term(self, weights: Tensor) -> Tensor | None:
+        return None
+
+
+class ShawPositions(PositionHook):
+    """Shaw et al.'s key and value tables ``[2K+1, d]``, shared by the heads, eqs. (8.1)-(8.3)."""
+
+    def __init__(self, head_dim: int, max_distance: int = 16, init_std: float = 0.02) -> None:
+        super().__init__()
+        _positive("ShawPositions", head_dim=head_dim)
+        rows = 2 * max_distance + 1
+        self.rel_k = nn.Parameter(torch.randn(rows, head_dim) * init_std)  # a^K  [2K+1, d]
+        self.rel_v = nn.Parameter(torch.randn(rows, head_dim) * init_std)  # a^V  [2K+1, d]
+
+    def score_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        return shaw_key_bias(q, self.rel_k, k.shape[-2])  # (8.1)           [B, h, T, S]
+
+    def value_term(self, weights: Tensor) -> Tensor:
+        return shaw_value_term(weights, self.rel_v)  # (8.2)              [B, h, T, d]
+
+
+class T5Bias(PositionHook):
+    """T5's learned scalar per (bucket, head), added to the scores, eq. (8.4); causal buckets."""
+
+    def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__()
+        _positive("T5Bias", num_heads=num_heads, num_buckets=num_buckets)
+        self.table = nn.Parameter(torch.zeros(num_buckets, num_heads))  #   [buckets, h]
+        self.max_distance = max_distance
+
+    def score_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        t, s = q.shape[-2], k.shape[-2]
+        return t5_bias(self.table, t, s, max_distance=self.max_distance)  # (8.4) [h, T, S]
+
+
+class ALiBi(PositionHook):
+    """ALiBi's linear distance penalty ``-m_h |i - j|``, eqs. (8.5)-(8.6); no parameters."""
+
+    def __init__(self, num_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)  # [h]
+
+    def score_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        bias = alibi_bias(self.slopes, q.shape[-2], k.shape[-2])  # (8.5)    [h, T, S]
+        return bias.to(q.dtype)
+
+
+class RoPE(PositionHook):
+    """RoPE: queries and keys rotated by their positions, eq. (8.7); no parameters.
+
+    The queries are the last ``T`` of the ``S`` key positions (see
+    :func:`relative_positions`).
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        _frequency_args("RoPE", head_dim, base)
+        self.head_dim, self.base = head_dim, base
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        t, s = q.shape[-2], k.shape[-2]
+        positions = torch.arange(s, device=k.device)
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.base, dtype=q.dtype)  # [S, d]
+        return apply_rope(q, cos[s - t :], sin[s - t :]), apply_rope(k, cos, sin)  # (8.7)
+
+
+#: The position methods of Chapter 8's experiment; the first three add nothing to attention.
 POSITION_METHODS = ("none", "learned", "sinusoidal", "shaw", "t5", "alibi", "rope")
 
 
-class PositionalAttention(nn.Module):
-    """Causal multi-head self-attention with a position method's hook (Chapter 8).
-
-    ``method`` is one of :data:`POSITION_METHODS`; for ``"none"``, ``"learned"``
-    and ``"sinusoidal"`` this is plain causal attention (the absolute methods
-    act on the input, in :class:`PositionalLM`).  Otherwise the scores of
-    eq. (3.2) are changed as follows, then
-    :func:`course_lib.attention.scaled_dot_product_attention` does the rest:
-
-    * ``"shaw"``: key and value tables ``[2K+1, d_head]`` shared by the heads, eqs. (8.1)-(8.3);
-    * ``"t5"``: a learned scalar per (bucket, head) added to the scores, eq. (8.4);
-    * ``"alibi"``: ``-m_h |i - j|`` added to the scores, eqs. (8.5)-(8.6), no parameters;
-    * ``"rope"``: queries and keys rotated before the product, eq. (8.7), no parameters.
-
-    It is called like :class:`course_lib.attention.MultiHeadAttention` (so it
-    drops into :class:`course_lib.transformer.EncoderBlock`):
-    ``forward(x [B, L, E], *, is_causal=True, ...) -> (y [B, L, E], None)``;
-    it is always causal and only self-attention.  What depends on ``L`` alone
-    (causal mask, ALiBi bias, T5 buckets, RoPE cos/sin) is computed once per
-    ``(L, device)`` and kept (:meth:`length_cache`).
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        method: str,
-        *,
-        shaw_max_distance: int = 16,
-        t5_num_buckets: int = 32,
-        t5_max_distance: int = 128,
-    ) -> None:
-        super().__init__()
-        _check_method("PositionalAttention", method)
-        _positive("PositionalAttention", dim=dim, num_heads=num_heads)
-        if dim % num_heads:
-            raise ValueError(
-                f"PositionalAttention: dim ({dim}) must be a multiple of num_heads ({num_heads})"
-            )
-        if method == "rope" and (dim // num_heads) % 2:
-            raise ValueError(
-                f"PositionalAttention: RoPE rotates pairs of coordinates, so the head size "
-                f"dim // num_heads must be even, got {dim} // {num_heads} = {dim // num_heads}"
-            )
-        self.dim, self.num_heads, self.head_dim, self.method = (
-            dim,
-            num_heads,
-            dim // num_heads,
-            method,
-        )
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)  # [W_Q; W_K; W_V]  [3E, E]
-        self.out_proj = nn.Linear(dim, dim, bias=False)  # W_O               [E, E]
-        if method == "shaw":
-            rows = 2 * shaw_max_distance + 1
-            self.rel_k = nn.Parameter(torch.randn(rows, self.head_dim) * 0.02)  # a^K [2K+1, d]
-            self.rel_v = nn.Parameter(torch.randn(rows, self.head_dim) * 0.02)  # a^V [2K+1, d]
-        if method == "t5":
-            self.t5_table = nn.Parameter(torch.zeros(t5_num_buckets, num_heads))  # [buckets, H]
-            self.t5_max_distance = t5_max_distance
-        self._cache: dict[tuple[int, str], dict[str, Tensor]] = {}
-
-    def length_cache(self, length: int, device: torch.device) -> dict[str, Tensor]:
-        """Causal mask and position tensors for sequences of ``length``, built once."""
-        key = (length, str(device))
-        if key not in self._cache:
-            allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()
-            cache = {"causal": to_additive_mask(allowed)}  # (3.4) 0 or -inf     [L, L]
-            if self.method == "alibi":
-                slopes = alibi_slopes(self.num_heads).to(device)
-                cache["alibi"] = alibi_bias(slopes, length)  # (8.5)            [H, L, L]
-            elif self.method == "t5":
-                r = relative_positions(length, device=device)
-                cache["buckets"] = t5_relative_position_bucket(  # causal (8.4) [L, L]
-                    r, False, self.t5_table.shape[0], self.t5_max_distance
-                )
-            elif self.method == "rope":
-                cos, sin = rope_cos_sin(torch.arange(length, device=device), self.head_dim)
-                cache["cos"], cache["sin"] = cos, sin  # (8.7)                  [L, d]
-            self._cache[key] = cache
-        return self._cache[key]
-
-    def forward(
-        self, x: Tensor, key: Tensor | None = None, value: Tensor | None = None, **kwargs: object
-    ) -> tuple[Tensor, None]:
-        if (key is not None and key is not x) or (value is not None and value is not x):
-            raise ValueError("PositionalAttention: only self-attention (key = value = x)")
-        if kwargs.get("mask") is not None or kwargs.get("key_padding_mask") is not None:
-            raise ValueError("PositionalAttention: is always causal and takes no other mask")
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(
-                f"PositionalAttention: x must be [B, L, E={self.dim}], got {_fmt(x.shape)}"
-            )
-        b, length, _ = x.shape
-        h, d = self.num_heads, self.head_dim
-        cache = self.length_cache(length, x.device)
-        q, k, v = self.qkv(x).unflatten(-1, (3, h, d)).permute(2, 0, 3, 1, 4)  # each [B, H, L, d]
-        mask = cache["causal"]  #                                               [L, L]
-        if self.method == "rope":
-            q = apply_rope(q, cache["cos"], cache["sin"])  # (8.7)
-            k = apply_rope(k, cache["cos"], cache["sin"])
-        elif self.method == "alibi":
-            mask = mask + cache["alibi"]  # (8.5)                              [H, L, L]
-        elif self.method == "t5":
-            mask = mask + self.t5_table[cache["buckets"]].permute(2, 0, 1)  # (8.4) [H, L, L]
-        if self.method == "shaw":
-            y = shaw_attention(q, k, v, self.rel_k, self.rel_v, mask=mask)  # (8.1)-(8.3)
-        else:
-            y = scaled_dot_product_attention(q, k, v, mask)  # (3.2)           [B, H, L, d]
-        return self.out_proj(y.transpose(1, 2).reshape(b, length, self.dim)), None
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, num_heads={self.num_heads}, method={self.method!r}"
-
-
-class PositionalLM(nn.Module):
-    """A small causal (decoder-only) character LM with one position method (Chapter 8).
-
-    Token embedding, plus a position table for ``"learned"`` (``max_len`` rows,
-    eq. (7.3)) or ``"sinusoidal"`` (eq. (7.1)); then the course's pre-norm stack
-    :class:`course_lib.transformer.Encoder` (GELU, ``d_ff = 4 dim``, final
-    LayerNorm) run causally, whose blocks' attention is replaced by
-    :class:`PositionalAttention`; a linear read-out.
-    ``forward(ids [B, L]) -> logits [B, L, V]``.
-    """
-
-    def __init__(
-        self,
-        vocab_size: int,
-        method: str,
-        *,
-        dim: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        max_len: int = 64,
-        shaw_max_distance: int = 16,
-        t5_num_buckets: int = 32,
-        t5_max_distance: int = 128,
-    ) -> None:
-        super().__init__()
-        _check_method("PositionalLM", method)
-        _positive(
-            "PositionalLM", vocab_size=vocab_size, dim=dim, num_layers=num_layers, max_len=max_len
-        )
-        self.method, self.dim = method, dim
-        self.embed = nn.Embedding(vocab_size, dim)
-        nn.init.normal_(self.embed.weight, std=0.02)
-        self.positions = LearnedPositions(max_len, dim) if method == "learned" else None
-        self.blocks = Encoder(
-            num_layers, dim, num_heads, 4 * dim, norm_first=True, activation="gelu"
-        )
-        for layer in self.blocks.layers:
-            layer.self_attn = PositionalAttention(
-                dim,
-                num_heads,
-                method,
-                shaw_max_distance=shaw_max_distance,
-                t5_num_buckets=t5_num_buckets,
-                t5_max_distance=t5_max_distance,
-            )
-        self.head = nn.Linear(dim, vocab_size)
-        self._sinusoidal: dict[tuple[int, str], Tensor] = {}
-
-    def forward(self, ids: Tensor) -> Tensor:
-        if ids.dim() != 2:
-            raise ValueError(f"PositionalLM: ids must be [B, L], got {_fmt(ids.shape)}")
-        length = ids.shape[1]
-        x = self.embed(ids)  #                                                 [B, L, E]
-        if self.positions is not None:
-            x = x + self.positions(length)  # (7.3); raises beyond max_len
-        elif self.method == "sinusoidal":
-            key = (length, str(ids.device))
-            if key not in self._sinusoidal:  # once per length
-                self._sinusoidal[key] = sinusoidal_table(length, self.dim, device=ids.device)
-            x = x + self._sinusoidal[key]  # (7.1)
-        return self.head(self.blocks(x, is_causal=True))  #                      [B, L, V]
-
-
-def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """Next-token cross-entropy of ``batch = (inputs [B, L], targets [B, L])`` (for ``train``)."""
-    x, y = batch
-    logits = model(x)
-    return F.cross_entropy(logits.flatten(0, 1), y.flatten())
-
-
-@torch.no_grad()
-def evaluate_lm(
-    model: nn.Module,
-    data: Tensor,
-    length: int,
+def position_hook(
+    method: str,
+    head_dim: int,
+    num_heads: int,
     *,
-    num_chars: int = 16384,
-    batch_size: int = 16,
-    per_position: bool = False,
-) -> float | Tensor:
-    """Next-token loss (nats per token) of ``model`` on the first ``num_chars`` tokens of ``data``.
+    shaw_max_distance: int = 16,
+    t5_num_buckets: int = 32,
+    t5_max_distance: int = 128,
+) -> PositionHook | None:
+    """The attention hook of ``method`` (one of :data:`POSITION_METHODS`), or ``None``.
 
-    ``data`` int64 ``[N]`` is cut into consecutive windows of ``length``
-    (``num_chars`` must be a multiple of ``length``), so every length scores the
-    *same* ``num_chars`` targets and only the context differs.  Returns the mean
-    loss, or with ``per_position=True`` the mean loss at each position of the
-    window, ``[length]``.  Returns ``nan`` (or a tensor of ``nan``) when the model
-    has no position ``length - 1`` (a learned table shorter than ``length``).
-    Deterministic: no sampling.
+    ``"none"``, ``"learned"`` and ``"sinusoidal"`` change nothing inside the
+    attention (the absolute methods act on the input), so they return ``None``.
     """
-    _positive("evaluate_lm", length=length, num_chars=num_chars, batch_size=batch_size)
-    if num_chars % length:
-        raise ValueError(
-            f"evaluate_lm: num_chars ({num_chars}) must be a multiple of length ({length})"
-        )
-    if data.dim() != 1 or data.numel() < num_chars + 1:
-        raise ValueError(
-            f"evaluate_lm: data must be [N] with N > num_chars={num_chars}, got {_fmt(data.shape)}"
-        )
-    if any(isinstance(m, LearnedPositions) and m.max_len < length for m in model.modules()):
-        nan = torch.full(
-            (length,), float("nan"), dtype=torch.float64
-        )  # no row for the last positions
-        return nan if per_position else float("nan")
-    device = next(model.parameters()).device
-    inputs = data[:num_chars].view(-1, length)  #                              [W, length]
-    targets = data[1 : num_chars + 1].view(-1, length)
-    was_training = model.training
-    model.eval()
-    sums = torch.zeros(length, dtype=torch.float64)
-    try:
-        for x, y in zip(inputs.split(batch_size), targets.split(batch_size), strict=True):
-            logits = model(x.to(device))  #                                    [b, length, V]
-            nll = F.cross_entropy(logits.transpose(1, 2), y.to(device), reduction="none")
-            sums += nll.sum(0).double().cpu()  #                               [length]
-    finally:
-        model.train(was_training)
-    by_position = sums / inputs.shape[0]
-    return by_position if per_position else by_position.mean().item()
+    if method not in POSITION_METHODS:
+        raise ValueError(f"position_hook: method must be one of {POSITION_METHODS}, got {method!r}")
+    if method == "shaw":
+        return ShawPositions(head_dim, shaw_max_distance)
+    if method == "t5":
+        return T5Bias(num_heads, t5_num_buckets, t5_max_distance)
+    if method == "alibi":
+        return ALiBi(num_heads)
+    if method == "rope":
+        return RoPE(head_dim)
+    return None

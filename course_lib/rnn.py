@@ -1,6 +1,6 @@
 """Recurrent cells and layers written from their equations (Chapter 1).
 
-Each cell takes one time step of input ``x`` of shape ``[batch, input_size]``,
+Each cell takes one time step of input ``x`` of shape ``[B, D]``,
 the previous state, and four weight tensors laid out exactly like PyTorch's
 ``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0`` and ``bias_hh_l0``, so the
 weights of a ``torch.nn.RNN`` / ``LSTM`` / ``GRU`` copy over unchanged and the
@@ -8,9 +8,9 @@ tests can compare our numbers with PyTorch's.
 
 PyTorch stacks the weights of all gates in one matrix, gates in this order:
 
-* RNN:  ``weight_ih`` is ``[hidden, input]`` (a single "gate").
-* LSTM: ``[W_i | W_f | W_g | W_o]``, so ``weight_ih`` is ``[4*hidden, input]``.
-* GRU:  ``[W_r | W_z | W_n]``, so ``weight_ih`` is ``[3*hidden, input]``.
+* RNN:  ``weight_ih`` is ``[H, D]`` (a single "gate").
+* LSTM: ``[W_i | W_f | W_g | W_o]``, so ``weight_ih`` is ``[4H, D]``.
+* GRU:  ``[W_r | W_z | W_n]``, so ``weight_ih`` is ``[3H, D]``.
 
 A product with the concatenation ``[h_{t-1}, x_t]`` (the notation of many
 lecture notes) is the same thing split in two: ``W [h; x] = W_h h + W_x x``.
@@ -20,7 +20,14 @@ in the GRU candidate (1.10), where ``b_hn`` sits inside the reset gate.
 The layers :class:`RNN`, :class:`LSTM` and :class:`GRU` are single-layer,
 ``batch_first`` versions of PyTorch's, with the same parameter names and shapes
 (``load_state_dict`` from ``torch.nn.LSTM(..., batch_first=True)`` works) and the
-same state shapes: ``h_0`` and ``h_n`` are ``[1, batch, hidden]`` (one layer).
+same state shapes: ``h_0`` and ``h_n`` are ``[1, B, H]`` (one layer).  Argument
+names (``input_size``, ``hidden_size``, ``weight_ih_l0``, ...) follow PyTorch's on
+purpose, so that weights copy over.  :func:`make_gru` builds the GRU layer of a
+model from either class, and :func:`gru_step` runs one step of such a layer.
+
+Shapes (``book/notation.md``): ``B`` batch, ``T`` time steps, ``D`` input size
+(``input_size``), ``H`` hidden size (``hidden_size``); ``4H`` and ``3H`` are the
+stacked gate blocks of the LSTM and the GRU.
 
 Equation numbers refer to Chapter 1 of the course.
 """
@@ -28,6 +35,7 @@ Equation numbers refer to Chapter 1 of the course.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -43,15 +51,14 @@ __all__ = [
     "RNN",
     "LSTM",
     "GRU",
+    "make_gru",
+    "gru_step",
 ]
 
 
 # ---------------------------------------------------------------------------
 # Shape checks: every public function says what it expected and what it got.
 # ---------------------------------------------------------------------------
-
-
-_fmt, _expect = fmt_shape, expect_shape  # course_lib.shapes
 
 
 def _check_cell(
@@ -64,26 +71,24 @@ def _check_cell(
     bias_ih: Tensor | None,
     bias_hh: Tensor | None,
 ) -> None:
-    """Check a cell's inputs; sizes are read from ``weight_hh`` and ``weight_ih``."""
-    g = "" if gates == 1 else f"{gates}*"
+    """Check a cell's inputs; the sizes H and D are read from ``weight_hh`` and ``weight_ih``."""
+    blocks = "H" if gates == 1 else f"{gates}H"  # the stacked gate blocks, e.g. 4H
     if weight_hh.dim() != 2 or weight_hh.shape[0] != gates * weight_hh.shape[1]:
         raise ValueError(
-            f"{where}: weight_hh must be [{g}hidden_size, hidden_size], got {_fmt(weight_hh.shape)}"
+            f"{where}: weight_hh must be [{blocks}, H], got {fmt_shape(weight_hh.shape)}"
         )
     hidden = weight_hh.shape[1]
-    _expect(
-        where, "weight_ih", weight_ih, [(f"{g}hidden_size", gates * hidden), ("input_size", None)]
-    )
-    for name, b in (("bias_ih", bias_ih), ("bias_hh", bias_hh)):
-        if b is not None:
-            _expect(where, name, b, [(f"{g}hidden_size", gates * hidden)])
-    _expect(where, "x", x, [("batch", None), ("input_size", weight_ih.shape[1])])
-    for name, s in states:
-        _expect(where, name, s, [("batch", x.shape[0]), ("hidden_size", hidden)])
+    expect_shape(where, "weight_ih", weight_ih, [(blocks, gates * hidden), ("D", None)])
+    for name, bias in (("bias_ih", bias_ih), ("bias_hh", bias_hh)):
+        if bias is not None:
+            expect_shape(where, name, bias, [(blocks, gates * hidden)])
+    expect_shape(where, "x", x, [("B", None), ("D", weight_ih.shape[1])])
+    for name, state in states:
+        expect_shape(where, name, state, [("B", x.shape[0]), ("H", hidden)])
 
 
 # ---------------------------------------------------------------------------
-# Cells: one time step.  B = batch, D = input_size, H = hidden_size.
+# Cells: one time step.  B batch, D input_size, H hidden_size.
 # ---------------------------------------------------------------------------
 
 
@@ -212,9 +217,15 @@ def gru_cell_notes(
 
 
 class _Recurrent(nn.Module):
-    """Parameters and checks shared by :class:`RNN`, :class:`LSTM` and :class:`GRU`."""
+    """Parameters, checks and the loop over time shared by :class:`RNN`, :class:`LSTM`, :class:`GRU`.
 
-    gates = 1
+    A subclass sets ``gates`` (the number of stacked gate blocks) and ``cell``, the
+    function of one step, ``cell(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh)
+    -> state``.
+    """
+
+    gates: int
+    cell: Callable[..., Tensor | tuple[Tensor, Tensor]]
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
         super().__init__()
@@ -225,13 +236,13 @@ class _Recurrent(nn.Module):
             )
         self.input_size = input_size
         self.hidden_size = hidden_size
-        g = self.gates * hidden_size
+        blocks = self.gates * hidden_size
         # Same names and shapes as torch.nn.RNN / LSTM / GRU (layer 0).
-        self.weight_ih_l0 = nn.Parameter(torch.empty(g, input_size))  # [G*H, D]
-        self.weight_hh_l0 = nn.Parameter(torch.empty(g, hidden_size))  # [G*H, H]
+        self.weight_ih_l0 = nn.Parameter(torch.empty(blocks, input_size))  # [gates*H, D]
+        self.weight_hh_l0 = nn.Parameter(torch.empty(blocks, hidden_size))  # [gates*H, H]
         if bias:
-            self.bias_ih_l0 = nn.Parameter(torch.empty(g))  # [G*H]
-            self.bias_hh_l0 = nn.Parameter(torch.empty(g))  # [G*H]
+            self.bias_ih_l0 = nn.Parameter(torch.empty(blocks))  # [gates*H]
+            self.bias_hh_l0 = nn.Parameter(torch.empty(blocks))  # [gates*H]
         else:
             self.register_parameter("bias_ih_l0", None)
             self.register_parameter("bias_hh_l0", None)
@@ -247,30 +258,43 @@ class _Recurrent(nn.Module):
         return self.weight_ih_l0, self.weight_hh_l0, self.bias_ih_l0, self.bias_hh_l0
 
     def _check_input(self, x: Tensor) -> None:
-        _expect(
-            type(self).__name__,
-            "x",
-            x,
-            [("batch", None), ("time", None), ("input_size", self.input_size)],
+        expect_shape(
+            type(self).__name__, "x", x, [("B", None), ("T", None), ("D", self.input_size)]
         )
 
     def _initial(self, x: Tensor, h0: Tensor | None, name: str) -> Tensor:
         """``h0`` as [B, H] (zeros when None), checked against PyTorch's [1, B, H]."""
         if h0 is None:
             return x.new_zeros(x.shape[0], self.hidden_size)
-        _expect(
+        expect_shape(
             type(self).__name__,
             name,
             h0,
-            [("num_layers", 1), ("batch", x.shape[0]), ("hidden_size", self.hidden_size)],
+            [("num_layers", 1), ("B", x.shape[0]), ("H", self.hidden_size)],
         )
         return h0[0]
 
-    def _stack(self, outputs: list[Tensor], x: Tensor) -> Tensor:
-        """The per-step hidden states, T tensors [B, H], as one tensor [B, T, H]."""
+    def _unroll(
+        self, x: Tensor, state: Tensor | tuple[Tensor, Tensor]
+    ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
+        """``self.cell`` at every step of ``x`` [B, T, D], from ``state``.
+
+        Returns the outputs [B, T, H] (each step's h: the state itself, or the
+        first of the LSTM's pair (h, c)) and the last state.
+        """
+        outputs = []
+        for t in range(x.shape[1]):
+            state = self.cell(x[:, t], state, *self._weights())  # one step        [B, H]
+            outputs.append(state[0] if isinstance(state, tuple) else state)
         if not outputs:  # T = 0
-            return x.new_zeros(x.shape[0], 0, self.hidden_size)
-        return torch.stack(outputs, dim=1)
+            return x.new_zeros(x.shape[0], 0, self.hidden_size), state
+        return torch.stack(outputs, dim=1), state
+
+    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``x`` [B, T, D], ``h0`` [1, B, H] or None -> (outputs [B, T, H], h_n [1, B, H])."""
+        self._check_input(x)
+        outputs, h = self._unroll(x, self._initial(x, h0, "h0"))
+        return outputs, h.unsqueeze(0)
 
     def extra_repr(self) -> str:
         bias = "" if self.bias_ih_l0 is not None else ", bias=False"
@@ -284,15 +308,7 @@ class RNN(_Recurrent):
     """
 
     gates = 1
-
-    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        self._check_input(x)
-        h = self._initial(x, h0, "h0")  # [B, H]
-        outputs = []
-        for t in range(x.shape[1]):
-            h = rnn_cell(x[:, t], h, *self._weights())  # (1.1)          [B, H]
-            outputs.append(h)
-        return self._stack(outputs, x), h.unsqueeze(0)
+    cell = staticmethod(rnn_cell)  # (1.1)
 
 
 class LSTM(_Recurrent):
@@ -303,6 +319,7 @@ class LSTM(_Recurrent):
     """
 
     gates = 4
+    cell = staticmethod(lstm_cell)  # (1.2)-(1.7)
 
     def forward(
         self, x: Tensor, state: tuple[Tensor, Tensor] | None = None
@@ -317,11 +334,8 @@ class LSTM(_Recurrent):
                 f"LSTM: state must be a pair (h0, c0) or None, got {type(state).__name__}"
             )
         h, c = self._initial(x, h0, "h0"), self._initial(x, c0, "c0")  # [B, H] each
-        outputs = []
-        for t in range(x.shape[1]):
-            h, c = lstm_cell(x[:, t], (h, c), *self._weights())  # (1.2)-(1.7)
-            outputs.append(h)
-        return self._stack(outputs, x), (h.unsqueeze(0), c.unsqueeze(0))
+        outputs, (h, c) = self._unroll(x, (h, c))
+        return outputs, (h.unsqueeze(0), c.unsqueeze(0))
 
 
 class GRU(_Recurrent):
@@ -331,29 +345,33 @@ class GRU(_Recurrent):
     """
 
     gates = 3
-
-    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        self._check_input(x)
-        h = self._initial(x, h0, "h0")  # [B, H]
-        outputs = []
-        for t in range(x.shape[1]):
-            h = gru_cell(x[:, t], h, *self._weights())  # (1.8)-(1.11)  [B, H]
-            outputs.append(h)
-        return self._stack(outputs, x), h.unsqueeze(0)
+    cell = staticmethod(gru_cell)  # (1.8)-(1.11)
 
 
-def _make_gru(rnn: str, where: str):
-    """The GRU layer constructor ``(input_size, hidden_size) -> module`` for ``rnn``.
+def make_gru(gru: type[nn.Module], input_size: int, hidden_size: int) -> nn.Module:
+    """A single-layer, batch-first GRU layer of class ``gru``, from D = ``input_size`` to H.
 
-    ``"course"``: :class:`GRU` (ours); ``"torch"``: ``torch.nn.GRU(..., batch_first=True)``.
-    Both have the same parameter names and shapes.  ``where`` names the caller in the error.
+    ``gru`` is :class:`GRU` (ours, written from the equations) or ``torch.nn.GRU``
+    (PyTorch's, faster on a GPU), or a subclass of either.  Both have the same
+    parameter names and shapes, so a model's ``state_dict`` loads into either.
     """
-    if rnn == "course":
-        return GRU
-    if rnn == "torch":
+    if isinstance(gru, type) and issubclass(gru, GRU):
+        return gru(input_size, hidden_size)
+    if isinstance(gru, type) and issubclass(gru, nn.GRU):
+        return gru(input_size, hidden_size, batch_first=True)
+    raise ValueError(
+        f"make_gru: gru must be the class course_lib.rnn.GRU or torch.nn.GRU, got {gru!r}"
+    )
 
-        def make(d: int, h: int) -> nn.Module:
-            return nn.GRU(d, h, batch_first=True)
 
-        return make
-    raise ValueError(f"{where}: rnn must be 'course' or 'torch', got {rnn!r}")
+def gru_step(layer: nn.Module, x: Tensor, h: Tensor) -> Tensor:
+    """One time step of a GRU layer built by :func:`make_gru`, eqs. (1.8)-(1.11).
+
+    ``x`` [B, D], ``h`` [B, H] -> the new ``h`` [B, H]: :func:`gru_cell` with the
+    layer's weights ``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``
+    (ours and ``torch.nn.GRU`` name them alike).  A decoder that must compute
+    something between two steps (Chapter 2's attention) calls it once per step.
+    """
+    return gru_cell(
+        x, h, layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0
+    )

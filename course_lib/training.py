@@ -1,31 +1,34 @@
-"""The course's training loop and training practices (Chapter 1; extended in Chapter 9).
+"""The course's training loop (Chapter 1) and what Chapter 9 adds to it.
 
-``train`` knows nothing about the model or the data: it asks ``make_batch`` for
-a batch at every step and ``loss_fn(model, batch)`` for a scalar loss, then
-takes one optimizer step (AdamW by default) with the gradient norm clipped.  It
-returns the loss of every step, so a notebook can plot the curve.
+:func:`train` is about thirty lines: it asks ``make_batch()`` for a batch at
+every step and ``loss_fn(model, batch)`` for a scalar loss, takes one optimizer
+step (AdamW by default) with the gradient norm clipped, and returns the loss of
+every step.  It knows nothing about the model or the data.
 
-Chapter 9 adds, all optional and keyword-only (Chapter 1's calls are unchanged):
+Chapter 9's practices plug into the same loop as *callbacks*, small objects
+called before the first step, after every step and after the last
+(:class:`Callback`):
 
-* a learning-rate ``schedule`` (a multiplier of the base rate per step), for
-  example :func:`warmup_cosine` or :func:`warmup_inverse_sqrt`, eqs. (9.1)-(9.2);
-* evaluation every ``eval_every`` steps with early stopping (``patience``) and
-  the best weights restored;
-* checkpoints that hold the model, the optimizer, the scheduler, the loss
-  history and every random state, so that a run interrupted and resumed gives
-  exactly the weights of an uninterrupted one (on the CPU);
-* mixed precision through ``torch.autocast`` (bfloat16 on the CPU, float16 with
-  a gradient scaler or bfloat16 on CUDA).
+* :class:`Schedule`: a learning-rate multiplier per step, for example
+  :func:`warmup_cosine` or :func:`warmup_inverse_sqrt`, eqs. (9.1)-(9.2);
+* :class:`EarlyStopping`: validation every few steps, stopping after
+  ``patience`` evaluations without improvement, best weights restored;
+* :class:`Checkpoint`: the model, optimizer, losses, callbacks' state and every
+  random state in one file, so an interrupted run resumes exactly (on the CPU);
+* :class:`MixedPrecision`: the forward pass under ``torch.autocast`` in bfloat16.
+
+The GAT paper's stopping rule (Chapter 14) is one more callback, in
+:mod:`course_lib.gat_training`.
 
 The training practices themselves are small functions, each matched to
 PyTorch where PyTorch has one: :func:`label_smoothing_cross_entropy` (eq. 9.3,
 equal to ``nn.CrossEntropyLoss(label_smoothing=...)``), :func:`clip_grad_norm`
-(eq. 9.4, equal to ``nn.utils.clip_grad_norm_``), :func:`drop_path` and
-:class:`StochasticDepth` (eq. 9.5), and :func:`torch_warmup_cosine`, the
-same schedule as :func:`warmup_cosine` built from ``torch.optim.lr_scheduler``.
+(eq. 9.4, equal to ``nn.utils.clip_grad_norm_``), :func:`drop_path` (eq. 9.5),
+and :func:`torch_warmup_cosine`, the same schedule as :func:`warmup_cosine`
+built from ``torch.optim.lr_scheduler``.
 
 Steps are counted from 1: update ``s`` (``s = 1 .. T``) uses the rate
-``lr * schedule(s - 1)``; the argument is ``LambdaLR``'s ``last_epoch``.
+``lr * factor(s - 1)``; the argument is ``LambdaLR``'s ``last_epoch``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import math
 import os
 import random
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +51,18 @@ from tqdm.auto import trange
 
 __all__ = [
     "train",
-    "TrainResult",
+    "Run",
+    "Callback",
+    "Schedule",
+    "EarlyStopping",
+    "Checkpoint",
+    "MixedPrecision",
     "warmup_cosine",
     "warmup_inverse_sqrt",
     "torch_warmup_cosine",
     "label_smoothing_cross_entropy",
     "clip_grad_norm",
     "drop_path",
-    "StochasticDepth",
     "rng_state",
     "set_rng_state",
 ]
@@ -207,22 +215,6 @@ def drop_path(x: Tensor, p: float, training: bool = True) -> Tensor:
     return x * keep / (1.0 - p)
 
 
-class StochasticDepth(nn.Module):
-    """``x + drop_path(block(x), p)``: a residual block that is skipped at random, eq. (9.5)."""
-
-    def __init__(self, block: nn.Module, p: float) -> None:
-        super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"StochasticDepth: p must be in [0, 1), got {p}")
-        self.block, self.p = block, p
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x + drop_path(self.block(x), self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
 # ---------------------------------------------------------------------------
 # Random state, for checkpoints that resume exactly
 # ---------------------------------------------------------------------------
@@ -250,39 +242,27 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------
-# The loop
+# The loop (Chapter 1)
 # ---------------------------------------------------------------------------
 
 
-class TrainResult(list):
-    """The per-step losses (a ``list[float]``, as Chapter 1 uses it) plus what Chapter 9 adds.
+@dataclass
+class Run:
+    """What :func:`train` shares with its callbacks: model, optimizer, progress, losses.
 
-    Attributes: ``lrs`` (the rate of every step), ``evals`` (``(step, value)``
-    pairs from ``eval_fn``), ``best_step`` and ``best_value`` (the best
-    evaluation; ``None`` without ``eval_fn``), ``stopped_early`` (bool) and
-    ``resumed_from`` (the step a checkpoint was loaded at, or ``None``).
+    ``step`` counts finished updates; a callback ends the run by setting
+    ``stop``, and may replace ``autocast`` (a context-manager factory around
+    the forward pass; it does nothing by default).
     """
 
-    def __init__(self, losses: Iterable[float] = ()) -> None:
-        super().__init__(losses)
-        self.lrs: list[float] = []
-        self.evals: list[tuple[int, float]] = []
-        self.best_step: int | None = None
-        self.best_value: float | None = None
-        self.stopped_early = False
-        self.resumed_from: int | None = None
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
-
-
-def _save_atomic(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # a crash while saving never leaves a broken checkpoint
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    steps: int
+    callbacks: list[Callback] = field(default_factory=list)
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+    stop: bool = False
+    autocast: Callable[[], AbstractContextManager] = nullcontext
 
 
 def train(
@@ -294,165 +274,246 @@ def train(
     *,
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
+    optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
+    callbacks: Iterable[Callback] = (),
     progress: bool = True,
     desc: str = "training",
-    optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
-    schedule: Callable[[int], float] | None = None,
-    eval_fn: Callable[[nn.Module], float] | None = None,
-    eval_every: int = 100,
-    patience: int | None = None,
-    restore_best: bool = True,
-    checkpoint: str | os.PathLike | None = None,
-    checkpoint_every: int = 100,
-    resume: bool = False,
-    amp_dtype: torch.dtype | None = None,
-) -> TrainResult:
-    """Train ``model`` for ``steps`` optimizer steps and return the per-step losses.
+) -> list[float]:
+    """The course's training loop: ``steps`` updates of ``model``; returns the loss of each.
 
-    ``make_batch()`` returns a batch (already on the model's device);
-    ``loss_fn(model, batch)`` returns a scalar tensor.  Gradients are clipped to
-    a global L2 norm of ``clip_norm`` (``None``: no clipping).  With
-    ``progress=True`` a ``tqdm.auto`` bar shows the running loss.
-    Raises ``FloatingPointError`` as soon as the loss is not finite.
-
-    Chapter 9 options (keyword-only, all off by default):
-
-    * ``optimizer(params)``: builds the optimizer (default ``AdamW(lr, weight_decay)``);
-    * ``schedule(t)``: multiplier of ``lr`` for step ``t = 0 .. steps - 1`` (``LambdaLR``);
-    * ``eval_fn(model)``: a validation value, lower is better, computed every
-      ``eval_every`` steps and after the last one under ``torch.no_grad()`` in
-      eval mode; with ``patience`` the run stops after that many evaluations
-      without improvement, and with ``restore_best`` the best weights are
-      loaded back at the end;
-    * ``checkpoint``: a file written every ``checkpoint_every`` steps (and at
-      the end) with the model, optimizer, scheduler, loss history, evaluation
-      state and random states; with ``resume=True`` an existing file is loaded
-      first and training continues from its step, so the result equals an
-      uninterrupted run;
-    * ``amp_dtype``: ``torch.bfloat16`` (CPU or CUDA) or ``torch.float16``
-      (CUDA, with a gradient scaler): the forward pass and loss run under
-      ``torch.autocast``; the weights and the optimizer stay in float32.
+    ``make_batch()`` returns a batch (on the model's device) and ``loss_fn(model,
+    batch)`` a scalar loss.  Each step: forward, backward, gradients clipped to a
+    global norm of ``clip_norm`` (eq. (9.4); ``None``: no clipping), one
+    optimizer step (``AdamW(lr, weight_decay)`` unless ``optimizer(params)``
+    builds another).  Raises ``FloatingPointError`` as soon as the loss is not
+    finite.  ``callbacks`` are Chapter 9's additions (:class:`Schedule`,
+    :class:`EarlyStopping`, :class:`Checkpoint`, :class:`MixedPrecision`).
     """
-    if steps < 0:
-        raise ValueError(f"train: steps must be >= 0, got {steps}")
-    if eval_every < 1 or checkpoint_every < 1:
-        raise ValueError("train: eval_every and checkpoint_every must be >= 1")
-    if patience is not None and (eval_fn is None or patience < 1):
-        raise ValueError("train: patience needs an eval_fn and must be >= 1")
-    if resume and checkpoint is None:
-        raise ValueError("train: resume=True needs a checkpoint path")
     params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("train: the model has no trainable parameters")
-    device = _device_of(model)
-    if amp_dtype not in (None, torch.bfloat16, torch.float16):
-        raise ValueError(f"train: amp_dtype must be None, bfloat16 or float16, got {amp_dtype}")
-    if amp_dtype == torch.float16 and device.type != "cuda":
-        raise ValueError("train: float16 autocast needs CUDA; use torch.bfloat16 on the CPU")
+    if steps < 0 or not params:
+        raise ValueError(f"train: need steps >= 0 and trainable parameters (steps={steps})")
     opt = (
-        optimizer(params)
-        if optimizer
-        else torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        optimizer(params) if optimizer else torch.optim.AdamW(params, lr, weight_decay=weight_decay)
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule) if schedule else None
-    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-
-    result = TrainResult()
-    best_state: dict[str, Tensor] | None = None
-    bad_evals, start = 0, 0
-    path = Path(checkpoint) if checkpoint is not None else None
-
-    if resume and path is not None and path.exists():
-        ck = torch.load(path, map_location=device, weights_only=False)
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        if sched is not None:
-            sched.load_state_dict(ck["scheduler"])
-        if scaler is not None and ck.get("scaler") is not None:
-            scaler.load_state_dict(ck["scaler"])
-        result.extend(ck["losses"])
-        result.lrs, result.evals = ck["lrs"], ck["evals"]
-        result.best_step, result.best_value = ck["best_step"], ck["best_value"]
-        best_state, bad_evals, start = ck["best_state"], ck["bad_evals"], ck["step"]
-        result.resumed_from = start
-        set_rng_state(ck["rng"])
-
-    def save(step: int) -> None:
-        if path is None:
-            return
-        _save_atomic(
-            {
-                "step": step,
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict() if sched is not None else None,
-                "scaler": scaler.state_dict() if scaler is not None else None,
-                "losses": list(result),
-                "lrs": result.lrs,
-                "evals": result.evals,
-                "best_step": result.best_step,
-                "best_value": result.best_value,
-                "best_state": best_state,
-                "bad_evals": bad_evals,
-                "rng": rng_state(),
-            },
-            path,
-        )
-
-    def evaluate(step: int) -> bool:
-        """Record one evaluation; True when early stopping says stop."""
-        nonlocal best_state, bad_evals
-        model.eval()
-        with torch.no_grad():
-            value = float(eval_fn(model))
-        model.train()
-        result.evals.append((step, value))
-        if result.best_value is None or value < result.best_value:
-            result.best_step, result.best_value, bad_evals = step, value, 0
-            if restore_best:
-                best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad_evals += 1
-        return patience is not None and bad_evals >= patience
-
+    run = Run(model, opt, steps, sorted(callbacks, key=lambda c: c.order))
+    for callback in run.callbacks:
+        callback.on_start(run)  # Chapter 9: schedule, resume, mixed precision
     model.train()
-    bar = trange(start, steps, desc=desc, disable=not progress, mininterval=0.5)
+    bar = trange(run.step, steps, desc=desc, disable=not progress, mininterval=0.5)
     for step in bar:
-        amp = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
-        with amp:
+        with run.autocast():
             loss = loss_fn(model, make_batch())
         value = loss.item()
         if not math.isfinite(value):  # stop before a bad step corrupts the weights
             raise FloatingPointError(f"train: loss became {value} at step {step}")
         opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-        else:
-            loss.backward()
+        loss.backward()
         if clip_norm is not None:
-            nn.utils.clip_grad_norm_(params, clip_norm)
-        result.lrs.append(opt.param_groups[0]["lr"])
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        if sched is not None:
-            sched.step()
-        result.append(value)
-        done = step + 1
-        if progress and (step % 20 == 0 or done == steps):
+            nn.utils.clip_grad_norm_(params, clip_norm)  # (9.4)
+        opt.step()
+        run.step = step + 1
+        run.losses.append(value)
+        if step % 20 == 0 or run.step == steps:
             bar.set_postfix(loss=f"{value:.4f}", refresh=False)
-        stop = False
-        if eval_fn is not None and (done % eval_every == 0 or done == steps):
-            stop = evaluate(done)
-        if path is not None and (done % checkpoint_every == 0 or done == steps or stop):
-            save(done)
-        if stop:
-            result.stopped_early = True
+        for callback in run.callbacks:
+            callback.on_step(run)  # Chapter 9: schedule, evaluation, checkpoint
+        if run.stop:
             break
     bar.close()
-    if restore_best and best_state is not None:
-        model.load_state_dict(best_state)
-    return result
+    for callback in run.callbacks:
+        callback.on_end(run)
+    return run.losses
+
+
+# ---------------------------------------------------------------------------
+# What Chapter 9 adds to the loop: callbacks
+# ---------------------------------------------------------------------------
+
+
+class Callback:
+    """An addition to :func:`train`; each method does nothing unless overridden.
+
+    ``on_start(run)`` before the first step, ``on_step(run)`` after every
+    update, ``on_end(run)`` after the last.  ``state_dict``/``load_state_dict``
+    let a :class:`Checkpoint` save and restore what the callback keeps.
+    Callbacks run in increasing ``order``.
+    """
+
+    order = 0
+
+    def on_start(self, run: Run) -> None:
+        pass
+
+    def on_step(self, run: Run) -> None:
+        pass
+
+    def on_end(self, run: Run) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class Schedule(Callback):
+    """A learning-rate schedule, eqs. (9.1)-(9.2): update ``t + 1`` uses ``lr * factor(t)``.
+
+    ``factor`` is a ``LambdaLR`` multiplier such as :func:`warmup_cosine`;
+    ``lrs`` records the rate of every update.
+    """
+
+    def __init__(self, factor: Callable[[int], float]) -> None:
+        self.factor = factor
+        self.lrs: list[float] = []
+
+    def on_start(self, run: Run) -> None:
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, self.factor)
+
+    def on_step(self, run: Run) -> None:
+        self.lrs.append(run.optimizer.param_groups[0]["lr"])  # the rate this update used
+        self.scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scheduler": self.scheduler.state_dict(), "lrs": list(self.lrs)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.lrs = list(state["lrs"])
+
+
+class EarlyStopping(Callback):
+    """Validate every ``every`` updates (and after the last); stop when it stops improving.
+
+    ``eval_fn(model)`` returns a validation value, lower is better, computed in
+    eval mode without gradients; ``evals`` keeps ``(step, value)`` pairs.  With
+    ``patience``, the run stops after that many evaluations without a new best
+    (``patience=None``: only record).  With ``restore_best`` the best weights are
+    loaded back at the end.
+    """
+
+    def __init__(
+        self,
+        eval_fn: Callable[[nn.Module], float],
+        every: int = 100,
+        patience: int | None = None,
+        restore_best: bool = True,
+    ) -> None:
+        if every < 1 or (patience is not None and patience < 1):
+            raise ValueError(
+                f"EarlyStopping: every and patience must be >= 1, got {every}, {patience}"
+            )
+        self.eval_fn, self.every, self.patience, self.restore_best = (
+            eval_fn,
+            every,
+            patience,
+            restore_best,
+        )
+        self.evals: list[tuple[int, float]] = []
+        self.best_step: int | None = None
+        self.best_value: float | None = None
+        self.best_state: dict[str, Tensor] | None = None
+        self.bad_evals = 0
+        self.stopped_early = False
+
+    def on_step(self, run: Run) -> None:
+        if run.step % self.every and run.step != run.steps:
+            return
+        run.model.eval()
+        with torch.no_grad():
+            value = float(self.eval_fn(run.model))
+        run.model.train()
+        self.evals.append((run.step, value))
+        if self.best_value is None or value < self.best_value:
+            self.best_step, self.best_value, self.bad_evals = run.step, value, 0
+            if self.restore_best:
+                self.best_state = copy.deepcopy(run.model.state_dict())
+        else:
+            self.bad_evals += 1
+        if self.patience is not None and self.bad_evals >= self.patience:
+            run.stop = self.stopped_early = True
+
+    def on_end(self, run: Run) -> None:
+        if self.restore_best and self.best_state is not None:
+            run.model.load_state_dict(self.best_state)
+
+    _KEYS = ("evals", "best_step", "best_value", "best_state", "bad_evals", "stopped_early")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self._KEYS}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in self._KEYS:
+            setattr(self, key, state[key])
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+class Checkpoint(Callback):
+    """Save the whole run every ``every`` updates (and at the end); ``resume`` continues one.
+
+    The file holds the model, the optimizer, the losses, every other callback's
+    state and every random state, so a run interrupted and resumed gives
+    exactly the weights of an uninterrupted one (on the CPU).  With
+    ``resume=True`` an existing file is loaded before the first step;
+    ``resumed_from`` is the step it was saved at (``None`` if nothing was loaded).
+    It runs after the other callbacks, whose state it saves.
+    """
+
+    order = 1
+
+    def __init__(self, path: str | os.PathLike, every: int = 100, resume: bool = False) -> None:
+        if every < 1:
+            raise ValueError(f"Checkpoint: every must be >= 1, got {every}")
+        self.path, self.every, self.resume = Path(path), every, resume
+        self.resumed_from: int | None = None
+
+    def on_start(self, run: Run) -> None:
+        if not (self.resume and self.path.exists()):
+            return
+        saved = torch.load(self.path, map_location=_device_of(run.model), weights_only=False)
+        run.model.load_state_dict(saved["model"])
+        run.optimizer.load_state_dict(saved["optimizer"])
+        run.losses = list(saved["losses"])
+        run.step = self.resumed_from = saved["step"]
+        others = [c for c in run.callbacks if c is not self]
+        for callback, state in zip(others, saved["callbacks"], strict=True):
+            callback.load_state_dict(state)
+        set_rng_state(saved["rng"])
+
+    def on_step(self, run: Run) -> None:
+        if run.step % self.every == 0 or run.step == run.steps or run.stop:
+            state = {
+                "step": run.step,
+                "model": run.model.state_dict(),
+                "optimizer": run.optimizer.state_dict(),
+                "losses": list(run.losses),
+                "callbacks": [c.state_dict() for c in run.callbacks if c is not self],
+                "rng": rng_state(),
+            }
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            torch.save(state, tmp)
+            os.replace(tmp, self.path)  # a crash while saving never leaves a broken file
+
+
+class MixedPrecision(Callback):
+    """Run the forward pass and the loss under ``torch.autocast`` in bfloat16.
+
+    The weights, gradients and optimizer stay in float32.  bfloat16 keeps
+    float32's exponent range, so no loss scaling is needed (float16 would need
+    ``torch.amp.GradScaler``; the course does not use it).
+    """
+
+    def __init__(self, dtype: torch.dtype = torch.bfloat16) -> None:
+        if dtype != torch.bfloat16:
+            raise ValueError(f"MixedPrecision: only torch.bfloat16 is supported, got {dtype}")
+        self.dtype = dtype
+
+    def on_start(self, run: Run) -> None:
+        device_type = _device_of(run.model).type
+        run.autocast = lambda: torch.autocast(device_type, dtype=self.dtype)

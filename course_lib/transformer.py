@@ -124,7 +124,8 @@ class EncoderBlock(nn.Module):
         ``Y = X + MHA(LN_1(X))``,  ``Z = Y + FFN(LN_2(Y))``
     (dropout on each sub-layer's output before the sum).  ``forward(x [B, T, D],
     mask=None, key_padding_mask=None, is_causal=False) -> [B, T, D]``.  With
-    ``is_causal=True`` it is the block of a decoder-only model.
+    ``is_causal=True`` it is the block of a decoder-only model.  ``position`` is
+    handed to the self-attention (a relative-position hook of Chapter 8).
     """
 
     def __init__(
@@ -137,18 +138,21 @@ class EncoderBlock(nn.Module):
         norm_first: bool = False,
         activation: str = "relu",
         eps: float = 1e-5,
+        position: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, position=position)
         self.ff = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def _sa(self, x: Tensor, mask: Tensor | None, kpm: Tensor | None, causal: bool) -> Tensor:
-        out, _ = self.self_attn(x, mask=mask, key_padding_mask=kpm, is_causal=causal)
+    def _self_attention(
+        self, x: Tensor, mask: Tensor | None, padding: Tensor | None, causal: bool
+    ) -> Tensor:
+        out, _ = self.self_attn(x, mask=mask, key_padding_mask=padding, is_causal=causal)
         return self.dropout1(out)
 
     def forward(
@@ -160,9 +164,9 @@ class EncoderBlock(nn.Module):
     ) -> Tensor:
         _check_input("EncoderBlock", "x", x, self.d_model)
         if self.norm_first:  # (4.3) pre-norm
-            y = x + self._sa(self.norm1(x), mask, key_padding_mask, is_causal)
+            y = x + self._self_attention(self.norm1(x), mask, key_padding_mask, is_causal)
             return y + self.dropout2(self.ff(self.norm2(y)))
-        y = self.norm1(x + self._sa(x, mask, key_padding_mask, is_causal))  # (4.2) post-norm
+        y = self.norm1(x + self._self_attention(x, mask, key_padding_mask, is_causal))  # (4.2)
         return self.norm2(y + self.dropout2(self.ff(y)))
 
     @classmethod
@@ -224,24 +228,24 @@ class DecoderBlock(nn.Module):
                 f"got {list(memory.shape)}"
             )
 
-        def sa(u: Tensor) -> Tensor:
+        def self_attention(u: Tensor) -> Tensor:
             out, _ = self.self_attn(
                 u, mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, is_causal=tgt_is_causal
             )
             return self.dropout1(out)
 
-        def ca(u: Tensor) -> Tensor:
+        def cross_attention(u: Tensor) -> Tensor:
             out, _ = self.cross_attn(
                 u, memory, memory, mask=memory_mask, key_padding_mask=memory_key_padding_mask
             )
             return self.dropout2(out)
 
         if self.norm_first:  # (4.5) pre-norm
-            y = x + sa(self.norm1(x))
-            y = y + ca(self.norm2(y))
+            y = x + self_attention(self.norm1(x))
+            y = y + cross_attention(self.norm2(y))
             return y + self.dropout3(self.ff(self.norm3(y)))
-        y = self.norm1(x + sa(x))  # (4.4) post-norm
-        y = self.norm2(y + ca(y))
+        y = self.norm1(x + self_attention(x))  # (4.4) post-norm
+        y = self.norm2(y + cross_attention(y))
         return self.norm3(y + self.dropout3(self.ff(y)))
 
     @classmethod
@@ -270,12 +274,19 @@ def _block_from_torch(cls: type[nn.Module], layer: nn.Module) -> nn.Module:
     return block
 
 
+def _final_norm(d_model: int, norm_first: bool, final_norm: bool | None) -> nn.Module | None:
+    """The layer norm after the last block (4.6): a pre-norm stack needs it, a post-norm one not."""
+    return nn.LayerNorm(d_model) if (norm_first if final_norm is None else final_norm) else None
+
+
 class Encoder(nn.Module):
     """A stack of ``num_layers`` :class:`EncoderBlock`, Chapter 4, eq. (4.6).
 
     ``final_norm`` (default: ``norm_first``) adds the layer norm a pre-norm stack
     needs after its last block; ``forward(x [B, T, D], mask, key_padding_mask,
-    is_causal) -> [B, T, D]``.
+    is_causal) -> [B, T, D]``.  ``position()``, if given, makes each block's
+    relative-position hook (Chapter 8): one call per block, so each block has
+    its own parameters.
     """
 
     def __init__(
@@ -289,16 +300,15 @@ class Encoder(nn.Module):
         norm_first: bool = False,
         activation: str = "relu",
         final_norm: bool | None = None,
+        position: Callable[[], nn.Module] | None = None,
     ) -> None:
         super().__init__()
+        kw = dict(norm_first=norm_first, activation=activation)
         self.layers = nn.ModuleList(
-            EncoderBlock(
-                d_model, num_heads, d_ff, dropout, norm_first=norm_first, activation=activation
-            )
+            EncoderBlock(d_model, num_heads, d_ff, dropout, **kw, position=position and position())
             for _ in range(num_layers)
         )
-        final_norm = norm_first if final_norm is None else final_norm
-        self.norm = nn.LayerNorm(d_model) if final_norm else None
+        self.norm = _final_norm(d_model, norm_first, final_norm)
 
     def forward(
         self,
@@ -332,14 +342,11 @@ class Decoder(nn.Module):
         final_norm: bool | None = None,
     ) -> None:
         super().__init__()
+        kw = dict(norm_first=norm_first, activation=activation)
         self.layers = nn.ModuleList(
-            DecoderBlock(
-                d_model, num_heads, d_ff, dropout, norm_first=norm_first, activation=activation
-            )
-            for _ in range(num_layers)
+            DecoderBlock(d_model, num_heads, d_ff, dropout, **kw) for _ in range(num_layers)
         )
-        final_norm = norm_first if final_norm is None else final_norm
-        self.norm = nn.LayerNorm(d_model) if final_norm else None
+        self.norm = _final_norm(d_model, norm_first, final_norm)
 
     def forward(
         self,

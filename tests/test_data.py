@@ -343,14 +343,6 @@ def test_digits():
     assert sorted(labels.unique().tolist()) == list(range(10))
 
 
-def test_sunspots():
-    series = data.sunspots()
-    assert len(series) == 309
-    assert series.index[0] == 1700 and series.index[-1] == 2008
-    assert list(series.index) == list(range(1700, 2009))
-    assert series.dtype == np.float64 and series.notna().all() and (series >= 0).all()
-
-
 def test_co2():
     series = data.co2()
     assert len(series) == 2284

@@ -13,8 +13,9 @@ import math
 import pytest
 import torch
 
+from course_lib import lm
 from course_lib import positional as P
-from course_lib.attention import scaled_dot_product_attention
+from course_lib.attention import MultiHeadAttention, record_attention, scaled_dot_product_attention
 
 OFFSETS = torch.arange(-300, 301)
 
@@ -78,12 +79,12 @@ def test_shape_errors_are_clear():
         P.sinusoidal_table(4, 5)
     with pytest.raises(ValueError, match="even"):
         P.rope_permutation(7)
-    with pytest.raises(ValueError, match=r"cos and sin must be \[L, d\]"):
+    with pytest.raises(ValueError, match=r"cos and sin must be \[T, d\]"):
         P.apply_rope(torch.zeros(2, 5, 8), *P.rope_cos_sin(4, 8))
     with pytest.raises(ValueError, match="odd number of rows"):
         q = torch.zeros(1, 3, 4)
         P.shaw_attention(q, q, q, torch.zeros(4, 4))
-    with pytest.raises(ValueError, match=r"slopes must be \[H\]"):
+    with pytest.raises(ValueError, match=r"slopes must be \[h\]"):
         P.alibi_bias(torch.ones(2, 2), 3)
 
 
@@ -99,31 +100,27 @@ def test_errors_name_the_function_called():
         P.sinusoidal_table(4, 5)
 
 
-def test_attention_head_errors_are_separate():
-    with pytest.raises(ValueError, match=r"dim \(10\) must be a multiple of num_heads \(4\)$"):
-        P.PositionalAttention(10, 4, "alibi")
-    with pytest.raises(ValueError, match=r"dim \(10\) must be a multiple of num_heads \(4\)$"):
-        P.PositionalAttention(10, 4, "rope")  # not a multiple: the RoPE remark does not apply
-    with pytest.raises(
-        ValueError, match=r"head size dim // num_heads must be even, got 6 // 2 = 3"
-    ):
-        P.PositionalAttention(6, 2, "rope")
-    assert P.PositionalAttention(6, 2, "alibi").head_dim == 3  # odd head sizes are fine elsewhere
+def test_position_hook_errors_are_clear():
+    with pytest.raises(ValueError, match=r"d_model \(10\) must be a multiple of num_heads \(4\)$"):
+        lm.PositionalLM(11, "alibi", d_model=10, num_heads=4)
+    with pytest.raises(ValueError, match=r"^RoPE: dim must be even"):
+        P.RoPE(3)  # RoPE rotates pairs of coordinates
+    assert isinstance(P.position_hook("alibi", 3, 2), P.ALiBi)  # odd head sizes are fine elsewhere
     with pytest.raises(ValueError, match="num_heads must be a positive int, got 0"):
-        P.PositionalAttention(8, 0, "alibi")
-    with pytest.raises(ValueError, match="^PositionalAttention: method must be one of"):
-        P.PositionalAttention(8, 2, "absolute")
+        P.T5Bias(0)
+    with pytest.raises(ValueError, match="^position_hook: method must be one of"):
+        P.position_hook("absolute", 4, 2)
     with pytest.raises(ValueError, match="^PositionalLM: method must be one of"):
-        P.PositionalLM(11, "absolute")
+        lm.PositionalLM(11, "absolute")
 
 
 def test_evaluate_lm_is_nan_beyond_a_learned_table_only():
     torch.manual_seed(0)
     data = torch.randint(0, 11, (200,), generator=_gen(7))
-    learned = P.PositionalLM(11, "learned", dim=16, num_heads=2, num_layers=1, max_len=8)
-    by_position = P.evaluate_lm(learned, data, 16, num_chars=64, per_position=True)
+    learned = lm.PositionalLM(11, "learned", d_model=16, num_heads=2, num_layers=1, max_len=8)
+    by_position = lm.evaluate_lm(learned, data, 16, num_chars=64, per_position=True)
     assert by_position.shape == (16,) and by_position.isnan().all()
-    assert math.isfinite(P.evaluate_lm(learned, data, 8, num_chars=64))
+    assert math.isfinite(lm.evaluate_lm(learned, data, 8, num_chars=64))
     assert learned.training  # the mode it was in is restored
 
 
@@ -352,23 +349,95 @@ def test_shaw_indices_clip():
 @pytest.mark.parametrize("method", P.POSITION_METHODS)
 def test_lm_runs_at_every_length(method):
     torch.manual_seed(0)
-    model = P.PositionalLM(11, method, dim=16, num_heads=2, num_layers=1, max_len=8)
+    model = lm.PositionalLM(11, method, d_model=16, num_heads=2, num_layers=1, max_len=8)
     data = torch.randint(0, 11, (200,), generator=_gen(5))
     assert model(data[:16].view(2, 8)).shape == (2, 8, 11)
-    loss_1x = P.evaluate_lm(model, data, 8, num_chars=64)
-    loss_2x = P.evaluate_lm(model, data, 16, num_chars=64)
-    assert math.isfinite(loss_1x)
+    loss_1x = lm.evaluate_lm(model, data, 8, num_chars=64)
+    loss_2x = lm.evaluate_lm(model, data, 16, num_chars=64)
     assert math.isnan(loss_2x) == (method == "learned")
-    assert P.evaluate_lm(model, data, 8, num_chars=64) == loss_1x  # deterministic
+    assert lm.evaluate_lm(model, data, 8, num_chars=64) == loss_1x  # deterministic
+    # the value: the mean next-token cross-entropy over the same 64 targets, by hand
+    model.eval()
+    with torch.no_grad():
+        logits = model(data[:64].view(8, 8))
+    by_hand = torch.nn.functional.cross_entropy(logits.flatten(0, 1), data[1:65]).item()
+    assert loss_1x == pytest.approx(by_hand, rel=1e-6)
+    assert abs(loss_1x - math.log(11)) < 0.5  # untrained: close to uniform over 11 symbols
 
 
 def test_lm_is_causal():
     """Changing a later token never changes the logits of earlier positions."""
     for method in P.POSITION_METHODS:
         torch.manual_seed(0)
-        model = P.PositionalLM(11, method, dim=16, num_heads=2, num_layers=2, max_len=12).eval()
+        model = lm.PositionalLM(
+            11, method, d_model=16, num_heads=2, num_layers=2, max_len=12
+        ).eval()
         x = torch.randint(0, 11, (1, 12), generator=_gen(6))
         y = x.clone()
         y[0, 7] = (y[0, 7] + 1) % 11
         with torch.no_grad():
             torch.testing.assert_close(model(x)[0, :7], model(y)[0, :7])
+
+
+# ---------------------------------------------------------------------------
+# Chapter 8: the methods as hooks of the one attention class
+# ---------------------------------------------------------------------------
+
+
+def _heads(mha, x):
+    """The projected heads q, k, v [B, h, T, d] of ``mha`` for self-attention on ``x``."""
+    h, d = mha.num_heads, mha.head_dim
+    qkv = torch.nn.functional.linear(x, mha.in_proj_weight, mha.in_proj_bias)
+    return (t.unflatten(-1, (h, d)).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+
+
+def _reference(method, hook, q, k, v, causal):
+    """What each hook must compute, from the module-level functions of Chapter 8."""
+    t = q.shape[-2]
+    mask = torch.ones(t, t, dtype=torch.bool).tril() if causal else None
+    if method == "shaw":
+        return P.shaw_attention(q, k, v, hook.rel_k, hook.rel_v, mask=mask)
+    if method == "rope":
+        cos, sin = P.rope_cos_sin(t, q.shape[-1], dtype=q.dtype)
+        q, k = P.apply_rope(q, cos, sin), P.apply_rope(k, cos, sin)
+        return scaled_dot_product_attention(q, k, v, mask)
+    if method == "alibi":
+        bias = P.alibi_bias(P.alibi_slopes(q.shape[1]), t).to(q.dtype)
+    else:
+        bias = P.t5_bias(hook.table, t, max_distance=hook.max_distance)
+    if causal:
+        bias = bias.masked_fill(~mask, float("-inf"))
+    return scaled_dot_product_attention(q, k, v, bias)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("method", ["shaw", "t5", "alibi", "rope"])
+def test_multi_head_attention_with_each_position_hook_computes_its_equations(method, causal):
+    torch.manual_seed(0)
+    hook = P.position_hook(method, 4, 3)
+    with torch.no_grad():
+        for p in hook.parameters():  # T5's table starts at zero: make every entry matter
+            p.normal_()
+    mha = MultiHeadAttention(12, 3, position=hook).double().eval()
+    x = torch.randn(2, 7, 12, dtype=torch.float64, generator=_gen(9))
+    out, _ = mha(x, is_causal=causal)
+    q, k, v = _heads(mha, x)
+    y = _reference(method, hook, q, k, v, causal)  #                          [B, h, T, d]
+    torch.testing.assert_close(out, mha.out_proj(y.transpose(1, 2).flatten(2)))
+    plain = MultiHeadAttention(12, 3).double().eval()  # the same weights, no hook
+    plain.load_state_dict(mha.state_dict(), strict=False)
+    assert (plain(x, is_causal=causal)[0] - out).abs().max() > 1e-3  # the hook matters
+
+
+def test_position_hook_parameters_live_in_the_attention_and_are_recorded():
+    model = lm.PositionalLM(11, "t5", d_model=16, num_heads=2, num_layers=2, max_len=8)
+    names = [n for n, _ in model.named_parameters() if "position" in n]
+    assert names == [
+        "blocks.layers.0.self_attn.position.table",
+        "blocks.layers.1.self_attn.position.table",
+    ]
+    with record_attention(model) as maps:
+        model(torch.zeros(1, 8, dtype=torch.long))
+    assert sorted(maps) == ["blocks.layers.0.self_attn", "blocks.layers.1.self_attn"]
+    assert maps["blocks.layers.0.self_attn"].shape == (1, 2, 8, 8)
+    assert maps["blocks.layers.0.self_attn"].triu(1).abs().max() == 0  # causal

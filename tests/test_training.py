@@ -10,7 +10,10 @@ from torch import nn
 
 from course_lib import distributed
 from course_lib.training import (
-    StochasticDepth,
+    Checkpoint,
+    EarlyStopping,
+    MixedPrecision,
+    Schedule,
     clip_grad_norm,
     drop_path,
     label_smoothing_cross_entropy,
@@ -48,30 +51,25 @@ def _run(tmp_path, fail_at: int | None = None, resume: bool = False):
         return _make_batch()
 
     val = torch.randn(32, 4, generator=torch.Generator().manual_seed(7))  # fixed held-out set
-    result = train(
-        model,
-        make_batch,
-        _loss,
-        steps=40,
-        lr=3e-3,
-        progress=False,
-        schedule=warmup_cosine(5, 40),
-        eval_fn=lambda m: m(val).pow(2).mean().item(),
-        eval_every=10,
-        checkpoint=None if tmp_path is None else tmp_path / "ck.pt",
-        checkpoint_every=10,
-        resume=resume,
-    )
-    return model, result
+    schedule = Schedule(warmup_cosine(5, 40))
+    early = EarlyStopping(lambda m: m(val).pow(2).mean().item(), every=10)
+    callbacks = [schedule, early]
+    checkpoint = None
+    if tmp_path is not None:
+        checkpoint = Checkpoint(tmp_path / "ck.pt", every=10, resume=resume)
+        callbacks.insert(0, checkpoint)  # listed first, it still runs last (order = 1)
+    losses = train(model, make_batch, _loss, 40, 3e-3, callbacks=callbacks, progress=False)
+    return model, (losses, schedule.lrs, early.evals, checkpoint)
 
 
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
     ref_model, ref = _run(None)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, fail_at=25)  # crashes during step 25; the last checkpoint is step 20
-    model, res = _run(tmp_path, resume=True)
-    assert res.resumed_from == 20
-    assert list(res) == list(ref) and res.lrs == ref.lrs and res.evals == ref.evals
+    model, (losses, lrs, evals, checkpoint) = _run(tmp_path, resume=True)
+    assert checkpoint.resumed_from == 20
+    assert losses == ref[0] and lrs == ref[1] and evals == ref[2]
+    assert len(lrs) == 40 and len(evals) == 4
     for (name, a), b in zip(
         model.state_dict().items(), ref_model.state_dict().values(), strict=True
     ):
@@ -81,18 +79,36 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
 def test_resume_needs_the_rng(tmp_path, monkeypatch):
     import course_lib.training as tr
 
-    _, ref = _run(None)
+    _, (ref, *_) = _run(None)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, fail_at=25)
     monkeypatch.setattr(tr, "set_rng_state", lambda state: None)  # forget the random state
-    _, res = _run(tmp_path, resume=True)
-    assert list(res)[:20] == list(ref)[:20] and list(res)[20:] != list(ref)[20:]
+    _, (losses, *_) = _run(tmp_path, resume=True)
+    assert losses[:20] == ref[:20] and losses[20:] != ref[20:]
 
 
-def test_backwards_compatible_default():
+def test_the_core_loop_returns_one_loss_per_step_and_updates_the_weights():
     torch.manual_seed(0)
-    losses = train(_model(), _make_batch, _loss, steps=5, progress=False)
-    assert isinstance(losses, list) and len(losses) == 5 and losses.lrs == [1e-3] * 5
+    model = _model()
+    before = model[0].weight.detach().clone()
+    losses = train(model, _make_batch, _loss, steps=5, progress=False)
+    assert type(losses) is list and len(losses) == 5 and all(type(v) is float for v in losses)
+    assert not torch.equal(model[0].weight, before)
+    assert model.training  # left in training mode
+    with pytest.raises(ValueError, match="steps"):
+        train(model, _make_batch, _loss, steps=-1, progress=False)
+
+
+def test_the_loop_stops_on_a_non_finite_loss():
+    with pytest.raises(FloatingPointError, match="step 2"):
+        values = iter([1.0, 1.0, float("nan")])
+        train(
+            _model(),
+            _make_batch,
+            lambda m, b: _loss(m, b) * 0 + next(values),
+            5,
+            progress=False,
+        )
 
 
 def test_warmup_cosine_values_and_torch_equivalent():
@@ -147,7 +163,7 @@ def test_clip_grad_norm_matches_torch():
         assert torch.allclose(pa.grad, pb.grad, atol=1e-7)
 
 
-def test_drop_path_and_stochastic_depth():
+def test_drop_path():
     torch.manual_seed(0)
     x = torch.ones(2000, 3)
     y = drop_path(x, 0.25)
@@ -155,8 +171,6 @@ def test_drop_path_and_stochastic_depth():
     assert torch.equal(y[kept], torch.full_like(y[kept], 1 / 0.75))  # whole rows, rescaled
     assert abs(kept.float().mean().item() - 0.75) < 0.03
     assert torch.equal(drop_path(x, 0.25, training=False), x)
-    block = StochasticDepth(nn.Linear(3, 3), 0.5).eval()
-    assert torch.equal(block(x[:4]), x[:4] + block.block(x[:4]))
     with pytest.raises(ValueError):
         drop_path(x, 1.0)
 
@@ -171,21 +185,36 @@ def test_early_stopping_restores_best():
         snapshots[len(snapshots)] = m[0].weight.detach().clone()
         return next(values)
 
-    res = train(
-        model, _make_batch, _loss, 100, progress=False, eval_fn=eval_fn, eval_every=5, patience=2
-    )
-    assert res.stopped_early and len(res) == 20 and res.best_step == 10
+    early = EarlyStopping(eval_fn, every=5, patience=2)
+    losses = train(model, _make_batch, _loss, 100, progress=False, callbacks=[early])
+    assert early.stopped_early and len(losses) == 20 and early.best_step == 10
     assert torch.equal(model[0].weight, snapshots[1])
 
 
-def test_bf16_autocast_on_cpu_and_errors():
+def test_early_stopping_without_patience_only_records():
+    early = EarlyStopping(lambda m: 1.0, every=3, restore_best=False)
+    losses = train(_model(), _make_batch, _loss, 10, progress=False, callbacks=[early])
+    assert len(losses) == 10 and not early.stopped_early
+    assert [step for step, _ in early.evals] == [3, 6, 9, 10]  # and after the last step
+
+
+def test_bf16_autocast_runs_the_forward_pass_in_bfloat16():
     torch.manual_seed(0)
-    losses = train(_model(), _make_batch, _loss, 5, progress=False, amp_dtype=torch.bfloat16)
-    assert all(math.isfinite(v) for v in losses)
-    with pytest.raises(ValueError, match="float16"):
-        train(_model(), _make_batch, _loss, 1, progress=False, amp_dtype=torch.float16)
-    with pytest.raises(ValueError, match="checkpoint"):
-        train(_model(), _make_batch, _loss, 1, progress=False, resume=True)
+    dtypes = []
+
+    def loss_fn(model, batch):
+        logits = model(batch[0])
+        dtypes.append(logits.dtype)
+        return nn.functional.cross_entropy(logits, batch[1])
+
+    model = _model()
+    losses = train(model, _make_batch, loss_fn, 5, progress=False, callbacks=[MixedPrecision()])
+    assert dtypes == [torch.bfloat16] * 5 and all(math.isfinite(v) for v in losses)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
+    train(model, _make_batch, loss_fn, 1, progress=False)  # without the callback: float32
+    assert dtypes[-1] == torch.float32
+    with pytest.raises(ValueError, match="bfloat16"):
+        MixedPrecision(torch.float16)
 
 
 def test_ddp_two_processes_equal_one_process():

@@ -1,0 +1,250 @@
+"""Character language models: the data, the loss, training and evaluation (Chapters 8, 9 and 11).
+
+What every language model of the course shares, whatever its positions or
+size:
+
+* :class:`CharVocab`: characters <-> integers;
+* :func:`batches`: random windows of a token stream as ``(inputs, next tokens)``;
+* :func:`lm_loss`: the next-token objective, Chapter 11, eq. (11.1),
+  ``L = -1/T sum_t log p(x_{t+1} | x_{<=t})``;
+* :func:`train_lm`: the course's loop (:func:`course_lib.training.train`) on
+  those windows with that loss;
+* :func:`evaluate_lm`: the loss on consecutive held-out windows of one length,
+  overall or per position (Chapter 8 measures extrapolation with it);
+* :class:`PositionalLM`: the small causal model of Chapter 8's experiment,
+  which takes any position method of :mod:`course_lib.positional` by name.
+
+Chapter 11's GPT (:mod:`course_lib.gpt`) uses the same pieces.  Shapes:
+``B`` batch, ``T`` window length, ``V`` vocabulary, ``D`` model width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_lib.positional import (
+    POSITION_METHODS,
+    LearnedPositions,
+    position_hook,
+    sinusoidal_table,
+)
+from course_lib.shapes import expect_shape, fmt_shape
+from course_lib.training import train
+from course_lib.transformer import Encoder
+
+__all__ = [
+    "CharVocab",
+    "batches",
+    "lm_loss",
+    "train_lm",
+    "evaluate_lm",
+    "PositionalLM",
+]
+
+
+class CharVocab:
+    """Characters <-> integers: ``encode(str) -> Tensor [N]``, ``decode(ids) -> str``."""
+
+    def __init__(self, text: str) -> None:
+        self.chars = sorted(set(text))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> Tensor:
+        unknown = sorted(set(text) - self.index.keys())
+        if unknown:
+            raise ValueError(
+                f"CharVocab.encode: character {unknown[0]!r} is not in the vocabulary built "
+                f"from the training text ({len(self.chars)} characters"
+                + (f"; {len(unknown)} unseen characters in all" if len(unknown) > 1 else "")
+                + ")"
+            )
+        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: Tensor | list[int]) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+def batches(
+    data: Tensor,
+    block: int,
+    batch_size: int,
+    *,
+    generator: torch.Generator,
+    device: torch.device | str | None = None,
+) -> Callable[[], tuple[Tensor, Tensor]]:
+    """A ``make_batch()`` for :func:`course_lib.training.train`: random windows of ``data``.
+
+    Each call returns ``(x [B, block], y [B, block])`` with ``y`` = ``x`` shifted
+    by one (the next-token targets), start positions drawn with ``generator``.
+    """
+    if data.dim() != 1 or data.numel() <= block:
+        raise ValueError(
+            f"batches: data must be [N] with N > block={block}, got {fmt_shape(data.shape)}"
+        )
+    offsets = torch.arange(block + 1)
+
+    def make_batch() -> tuple[Tensor, Tensor]:
+        starts = torch.randint(data.numel() - block, (batch_size,), generator=generator)
+        windows = data[starts[:, None] + offsets]  #                         [B, block + 1]
+        return windows[:, :-1].to(device), windows[:, 1:].to(device)
+
+    return make_batch
+
+
+def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Next-token cross-entropy (11.1) of ``batch = (inputs [B, T], targets [B, T])``."""
+    x, y = batch
+    logits = model(x)  #                                                       [B, T, V]
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+
+def train_lm(
+    model: nn.Module,
+    data: Tensor,
+    steps: int,
+    *,
+    block: int = 64,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    progress: bool = True,
+    desc: str = "training",
+    **kwargs,
+) -> list[float]:
+    """Train on random windows of ``data`` with the next-token loss (11.1); per-step losses.
+
+    The course's loop :func:`course_lib.training.train` does the work (``kwargs``
+    go to it, e.g. ``callbacks``); ``seed`` fixes the order of the windows.
+    """
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    make_batch = batches(data, block, batch_size, generator=g, device=device)
+    return train(model, make_batch, lm_loss, steps, lr, progress=progress, desc=desc, **kwargs)
+
+
+def _positive(where: str, **sizes: int) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
+
+
+@torch.no_grad()
+def evaluate_lm(
+    model: nn.Module,
+    data: Tensor,
+    length: int,
+    *,
+    num_chars: int = 16384,
+    batch_size: int = 16,
+    per_position: bool = False,
+) -> float | Tensor:
+    """Next-token loss (nats per token) of ``model`` on the first ``num_chars`` tokens of ``data``.
+
+    ``data`` int64 ``[N]`` is cut into consecutive windows of ``length``
+    (``num_chars`` must be a multiple of ``length``), so every length scores the
+    *same* ``num_chars`` targets and only the context differs.  Returns the mean
+    loss, or with ``per_position=True`` the mean loss at each position of the
+    window, ``[length]``.  Returns ``nan`` (or a tensor of ``nan``) when the model
+    has no position ``length - 1`` (a learned table shorter than ``length``).
+    Deterministic: no sampling.
+    """
+    _positive("evaluate_lm", length=length, num_chars=num_chars, batch_size=batch_size)
+    if num_chars % length:
+        raise ValueError(
+            f"evaluate_lm: num_chars ({num_chars}) must be a multiple of length ({length})"
+        )
+    if data.dim() != 1 or data.numel() < num_chars + 1:
+        raise ValueError(
+            f"evaluate_lm: data must be [N] with N > num_chars={num_chars}, "
+            f"got {fmt_shape(data.shape)}"
+        )
+    if any(isinstance(m, LearnedPositions) and m.max_len < length for m in model.modules()):
+        nan = torch.full((length,), float("nan"), dtype=torch.float64)  # no row for the end
+        return nan if per_position else float("nan")
+    device = next(model.parameters()).device
+    inputs = data[:num_chars].view(-1, length)  #                              [W, length]
+    targets = data[1 : num_chars + 1].view(-1, length)
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(length, dtype=torch.float64)
+    try:
+        for x, y in zip(inputs.split(batch_size), targets.split(batch_size), strict=True):
+            logits = model(x.to(device))  #                                    [b, length, V]
+            nll = F.cross_entropy(logits.transpose(1, 2), y.to(device), reduction="none")
+            sums += nll.sum(0).double().cpu()  #                               [length]
+    finally:
+        model.train(was_training)
+    by_position = sums / inputs.shape[0]
+    return by_position if per_position else by_position.mean().item()
+
+
+class PositionalLM(nn.Module):
+    """A small causal character LM with one position method, Chapter 8's experiment.
+
+    Token embedding, plus a position table for ``"learned"`` (``max_len`` rows,
+    eq. (7.3)) or ``"sinusoidal"`` (eq. (7.1)); then the course's pre-norm stack
+    :class:`course_lib.transformer.Encoder` (GELU, ``d_ff = 4 d_model``, final
+    LayerNorm) run causally, whose attention gets the method's hook
+    (:func:`course_lib.positional.position_hook`: Shaw, T5, ALiBi or RoPE);
+    a linear read-out.  ``forward(ids [B, T]) -> logits [B, T, V]``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        method: str,
+        *,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        max_len: int = 64,
+        shaw_max_distance: int = 16,
+        t5_num_buckets: int = 32,
+        t5_max_distance: int = 128,
+    ) -> None:
+        super().__init__()
+        if method not in POSITION_METHODS:
+            raise ValueError(
+                f"PositionalLM: method must be one of {POSITION_METHODS}, got {method!r}"
+            )
+        _positive("PositionalLM", vocab_size=vocab_size, d_model=d_model, max_len=max_len)
+        if d_model % num_heads:
+            raise ValueError(
+                f"PositionalLM: d_model ({d_model}) must be a multiple of num_heads ({num_heads})"
+            )
+        self.method, self.d_model = method, d_model
+        self.embed = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.positions = LearnedPositions(max_len, d_model) if method == "learned" else None
+        options = dict(
+            shaw_max_distance=shaw_max_distance,
+            t5_num_buckets=t5_num_buckets,
+            t5_max_distance=t5_max_distance,
+        )
+        self.blocks = Encoder(
+            num_layers,
+            d_model,
+            num_heads,
+            4 * d_model,
+            norm_first=True,
+            activation="gelu",
+            position=lambda: position_hook(method, d_model // num_heads, num_heads, **options),
+        )
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        expect_shape("PositionalLM", "ids", ids, [("B", None), ("T", None)])
+        length = ids.shape[1]
+        x = self.embed(ids)  #                                                 [B, T, D]
+        if self.method == "learned":
+            x = x + self.positions(length)  # (7.3); raises beyond max_len
+        elif self.method == "sinusoidal":
+            x = x + sinusoidal_table(length, self.d_model, device=ids.device)  # (7.1)
+        return self.head(self.blocks(x, is_causal=True))  #                      [B, T, V]
