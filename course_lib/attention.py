@@ -397,7 +397,7 @@ class MultiHeadAttention(nn.Module):
         )
         out, weights = result if want_weights else (result, None)
         if self.position is not None:
-            extra = self.position.value_term(weights)  # Shaw (8.2)            [B, h, T, d]
+            extra = self.position.value_term(weights)  # Chapter 8, Shaw (8.2)  [B, h, T, d]
             out = out if extra is None else out + extra
         if self.record:
             self.last_weights = weights.detach()

@@ -1,20 +1,24 @@
 """Token embeddings: lookup, its one-hot form, and static word vectors (Chapter 5).
 
-An embedding table ``E`` is a matrix ``[V, d]``: row ``t`` is the vector of
+An embedding table ``E`` is a matrix ``[V, D]``: row ``t`` is the vector of
 token ``t``.  Looking a token up (:func:`embedding_lookup`, what
 ``torch.nn.Embedding`` does) is the product of its one-hot *row* vector with the
 table (:func:`one_hot_embedding`), eq. (5.1):
 
-    E[t] = e_t^T E,   e_t in {0, 1}^V,   [1, V] @ [V, d] -> [1, d]
+    E[t] = e_t^T E,   e_t in {0, 1}^V,   [1, V] @ [V, D] -> [1, D]
 
-and for a sequence of ``N`` tokens the one-hot rows stack into ``X [N, V]``,
-with ``X E`` the ``[N, d]`` matrix of their embeddings, eq. (5.2).
+and for a sequence of ``T`` tokens the one-hot rows stack into ``X [T, V]``,
+with ``X E`` the ``[T, D]`` matrix of their embeddings, eq. (5.2).
 
 Static word vectors (one vector per word, whatever its context) can also be
 read off co-occurrence statistics: :func:`ppmi_svd_embeddings` factorises the
 positive pointwise mutual information matrix of a corpus (Levy and Goldberg's
 view of word2vec as an implicit matrix factorisation), in about a second
 on Tiny Shakespeare.
+
+Shapes (``book/notation.md``): ``V`` vocabulary size, ``D`` embedding width,
+``T`` number of tokens; ``...`` any leading dims of the ids.  (Chapter 5's prose
+writes the width ``d`` and the number of tokens ``N``.)
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from course_lib.shapes import fmt_shape as _fmt
+from course_lib.shapes import expect_shape
 
 __all__ = [
     "one_hot",
@@ -37,8 +41,8 @@ __all__ = [
 
 
 def _check(where: str, table: Tensor, ids: Tensor) -> None:
-    if table.dim() != 2:
-        raise ValueError(f"{where}: table must be [V, d], got {_fmt(table.shape)}")
+    # "d", not "D": tests/test_tokenization.py matches this message (to switch with it)
+    expect_shape(where, "table", table, [("V", None), ("d", None)])
     if ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{where}: ids must be int64 or int32 (use ids.long()), got dtype {ids.dtype}"
@@ -63,30 +67,29 @@ def one_hot(ids: Tensor, vocab_size: int, dtype: torch.dtype = torch.float32) ->
 
 
 def embedding_lookup(table: Tensor, ids: Tensor) -> Tensor:
-    """Rows of ``table [V, d]`` for ``ids [...]``: ``[..., d]`` (what ``nn.Embedding`` does)."""
+    """Rows of ``table [V, D]`` for ``ids [...]``: ``[..., D]`` (what ``nn.Embedding`` does)."""
     _check("embedding_lookup", table, ids)
-    return table[ids]  # (5.1) E[t]                                          [..., d]
+    return table[ids]  # (5.1) E[t]                                          [..., D]
 
 
 def one_hot_embedding(table: Tensor, ids: Tensor) -> Tensor:
-    """The same rows as a matrix product, eqs. (5.1)-(5.2): ``one_hot(ids) @ table``, ``[..., d]``.
+    """The same rows as a matrix product, eqs. (5.1)-(5.2): ``one_hot(ids) @ table``, ``[..., D]``.
 
-    ``[..., V] @ [V, d] -> [..., d]``: the one-hot vectors are *rows* multiplied on
-    the left of ``E``; ``E @ e_t`` is not even defined unless ``d == V``.  Costs
+    ``[..., V] @ [V, D] -> [..., D]``: the one-hot vectors are *rows* multiplied on
+    the left of ``E``; ``E @ e_t`` is not even defined unless ``D == V``.  Costs
     ``V`` times more arithmetic than the lookup, which is why nobody computes it.
     """
     _check("one_hot_embedding", table, ids)
-    return one_hot(ids, table.shape[0], table.dtype) @ table  # (5.2) X E     [..., d]
+    return one_hot(ids, table.shape[0], table.dtype) @ table  # (5.2) X E     [..., D]
 
 
 def cooccurrence_matrix(ids: Tensor, vocab_size: int, window: int = 4) -> Tensor:
-    """Symmetric co-occurrence counts ``C [V, V]`` of ``ids [N]`` within ``window`` tokens.
+    """Symmetric co-occurrence counts ``C [V, V]`` of ``ids [T]`` within ``window`` tokens.
 
     ``C[a, b]`` counts the pairs of positions ``(p, p + o)``, ``1 <= o <= window``,
     holding ``a`` and ``b`` (in either order).  float64.
     """
-    if ids.dim() != 1:
-        raise ValueError(f"cooccurrence_matrix: ids must be [N], got {_fmt(ids.shape)}")
+    expect_shape("cooccurrence_matrix", "ids", ids, [("T", None)])
     if window < 1:
         raise ValueError(f"cooccurrence_matrix: window must be >= 1, got {window}")
     counts = torch.zeros(vocab_size, vocab_size, dtype=torch.float64)
@@ -129,15 +132,12 @@ def ppmi_svd_embeddings(
 
 
 def nearest_neighbours(vectors: Tensor, query: Tensor, k: int = 5) -> tuple[Tensor, Tensor]:
-    """The ``k`` rows of ``vectors [V, d]`` with the highest cosine to ``query [d]``.
+    """The ``k`` rows of ``vectors [V, D]`` with the highest cosine to ``query [D]``.
 
     Returns ``(indices [k], cosines [k])``, best first.
     """
-    if vectors.dim() != 2 or query.shape != vectors.shape[1:]:
-        raise ValueError(
-            f"nearest_neighbours: vectors must be [V, d] and query [d], got "
-            f"{_fmt(vectors.shape)} and {_fmt(query.shape)}"
-        )
+    expect_shape("nearest_neighbours", "vectors", vectors, [("V", None), ("D", None)])
+    expect_shape("nearest_neighbours", "query", query, [("D", vectors.shape[1])])
     cos = F.normalize(vectors, dim=1) @ F.normalize(query, dim=0)
     top = cos.topk(k)
     return top.indices, top.values

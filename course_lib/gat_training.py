@@ -17,18 +17,20 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm, trange
+from tqdm.auto import tqdm
 
 from course_lib.runtime import seed_everything
 from course_lib.sparse import SparseFeatures
+from course_lib.training import Callback, Run, train
 
 __all__ = [
     "accuracy",
@@ -68,49 +70,59 @@ def _copy_weights(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-class PaperEarlyStopping:
-    """The early stopping of the GAT paper's code, one validation result per epoch.
+class PaperEarlyStopping(Callback):
+    """The early stopping of the GAT paper's code, as a callback of the course's loop.
 
-    Training stops when for ``patience`` epochs neither the validation loss has
-    reached a new minimum nor the validation accuracy a new maximum.  The
-    weights kept are those of the last epoch that improved both at once (the
-    model's weights when this object was made, until an epoch does).  Call
-    :meth:`step` after each epoch's evaluation and :meth:`restore` at the end.
+    After every epoch (one full-batch step of :func:`course_lib.training.train`)
+    ``validate(model)`` gives the validation loss and accuracy.  Training stops
+    when for ``patience`` epochs neither the loss has reached a new minimum nor
+    the accuracy a new maximum; at the end the model gets back the weights of
+    the last epoch that improved both at once (its starting weights, if none
+    did).  ``history`` keeps every epoch's ``val_loss`` and ``val_acc``.
     """
 
-    def __init__(self, model: nn.Module, patience: int) -> None:
-        self.patience = patience
+    def __init__(self, validate: Callable[[nn.Module], tuple[float, float]], patience: int) -> None:
+        if patience < 1:
+            raise ValueError(f"PaperEarlyStopping: patience must be >= 1, got {patience}")
+        self.validate, self.patience = validate, patience
         self.best_loss, self.best_acc, self.wait = float("inf"), 0.0, 0
         self.best_epoch = 0
-        self.best_weights = _copy_weights(model)
+        self.history: dict[str, list[float]] = {"val_loss": [], "val_acc": []}
 
-    def step(self, epoch: int, val_loss: float, val_acc: float, model: nn.Module) -> bool:
-        """Record epoch ``epoch``'s validation loss and accuracy; True when training should stop."""
+    def on_start(self, run: Run) -> None:
+        self.best_weights = _copy_weights(run.model)
+
+    def on_step(self, run: Run) -> None:
+        epoch = run.step - 1
+        val_loss, val_acc = self.validate(run.model)
+        self.history["val_loss"].append(val_loss)
+        self.history["val_acc"].append(val_acc)
         if val_acc >= self.best_acc or val_loss <= self.best_loss:
             if val_acc >= self.best_acc and val_loss <= self.best_loss:
-                self.best_weights = _copy_weights(model)
+                self.best_weights = _copy_weights(run.model)
                 self.best_epoch = epoch
             self.best_acc = max(val_acc, self.best_acc)
             self.best_loss = min(val_loss, self.best_loss)
             self.wait = 0
-            return False
-        self.wait += 1
-        return self.wait == self.patience
+        else:
+            self.wait += 1
+            run.stop = self.wait == self.patience
 
-    def restore(self, model: nn.Module) -> None:
-        """Load the weights kept into ``model``."""
-        model.load_state_dict(self.best_weights)
+    def on_end(self, run: Run) -> None:
+        run.model.load_state_dict(self.best_weights)
 
 
-def _validate(
+def _node_loss_and_accuracy(
     model: nn.Module, x: Tensor | SparseFeatures, edge_index: Tensor, y: Tensor, mask: Tensor
 ) -> tuple[float, float]:
-    """The loss and accuracy on the nodes of ``mask``, in evaluation mode."""
+    """The loss and accuracy on the nodes of ``mask``, in evaluation mode (then back to training)."""
     model.eval()
     with torch.inference_mode():
         logits = model(x, edge_index)
         loss = F.cross_entropy(logits[mask], y[mask]).item()
-        return loss, accuracy(logits, y, mask)
+        acc = accuracy(logits, y, mask)
+    model.train()
+    return loss, acc
 
 
 def fit_node_classifier(
@@ -129,53 +141,47 @@ def fit_node_classifier(
 ) -> FitResult:
     """Full-batch training with Adam (L2 weight decay) and the GAT paper's early stopping.
 
-    ``masks = (train, val, test)``.  Every epoch takes one step on the training
-    nodes' cross-entropy, then evaluates the validation loss and accuracy and
-    asks :class:`PaperEarlyStopping` whether to stop (or stops after
-    ``max_epochs``); the weights kept for the test are those it kept.  With
-    ``patience=None`` or an empty validation mask, it trains for exactly
+    The course's loop :func:`course_lib.training.train` takes one step per
+    epoch on the training nodes' cross-entropy (no gradient clipping), with
+    :class:`PaperEarlyStopping` as its callback; ``masks = (train, val, test)``.
+    With ``patience=None`` or an empty validation mask it trains for exactly
     ``max_epochs`` and keeps the last weights.  Returns a :class:`FitResult`
     with the test accuracy of the weights kept.
     """
     train_mask, val_mask, test_mask = masks
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    stopping = None
+    callbacks = []
     if patience is not None and bool(val_mask.any()):
-        stopping = PaperEarlyStopping(model, patience)
-    history: dict[str, list[float]] = {"train_loss": [], "val_loss": [], "val_acc": []}
-    epoch = 0
+        validate = partial(_node_loss_and_accuracy, x=x, edge_index=edge_index, y=y, mask=val_mask)
+        callbacks.append(PaperEarlyStopping(validate, patience))
     start = time.perf_counter()
-    bar = trange(max_epochs, desc=desc, disable=not progress, mininterval=0.5)
-    for epoch in bar:
-        model.train()
-        loss = F.cross_entropy(model(x, edge_index)[train_mask], y[train_mask])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        history["train_loss"].append(loss.item())
-        if stopping is None:
-            continue
-        val_loss, val_acc = _validate(model, x, edge_index, y, val_mask)
-        history["val_loss"].append(val_loss)
-        history["val_acc"].append(val_acc)
-        if stopping.step(epoch, val_loss, val_acc, model):
-            break
-        if progress and epoch % 20 == 0:
-            bar.set_postfix(val_acc=f"{val_acc:.3f}", refresh=False)
-    bar.close()
+    losses = train(
+        model,
+        lambda: train_mask,  # full batch: every epoch sees the whole graph
+        lambda m, mask: F.cross_entropy(m(x, edge_index)[mask], y[mask]),
+        max_epochs,
+        clip_norm=None,
+        optimizer=lambda params: torch.optim.Adam(params, lr=lr, weight_decay=weight_decay),
+        callbacks=callbacks,
+        progress=progress,
+        desc=desc,
+    )
     seconds = time.perf_counter() - start
-    if stopping is not None:
-        stopping.restore(model)
     model.eval()
     with torch.no_grad():
         logits = model(x, edge_index)
+    stopping = callbacks[0] if callbacks else None
     return FitResult(
         test_acc=accuracy(logits, y, test_mask),
         val_acc=accuracy(logits, y, val_mask) if val_mask.any() else float("nan"),
-        best_epoch=stopping.best_epoch if stopping is not None else epoch,
-        epochs=epoch + 1,
+        best_epoch=stopping.best_epoch if stopping else len(losses) - 1,
+        epochs=len(losses),
         seconds=seconds,
-        history=history,
+        history={
+            "train_loss": losses,
+            "val_loss": [],
+            "val_acc": [],
+            **(stopping.history if stopping else {}),
+        },
     )
 
 

@@ -3,7 +3,7 @@
 The model is the library's decoder-only Transformer
 (:class:`course_lib.transformer.DecoderOnly`: token and learned position
 embeddings, pre-norm :class:`~course_lib.transformer.EncoderBlock` run with the
-causal mask (3.4), a final layer norm, a linear read-out).  This module adds
+causal mask of Chapter 3, (3.4), a final layer norm, a linear read-out).  This module adds
 what a language model needs around it:
 
 * perplexity ``PPL = exp(L)`` (11.2) of the next-token loss (11.1)

@@ -188,8 +188,8 @@ def evaluate_lm(
 class PositionalLM(nn.Module):
     """A small causal character LM with one position method, Chapter 8's experiment.
 
-    Token embedding, plus a position table for ``"learned"`` (``max_len`` rows,
-    eq. (7.3)) or ``"sinusoidal"`` (eq. (7.1)); then the course's pre-norm stack
+    Token embedding, plus a position table of Chapter 7 for ``"learned"``
+    (``max_len`` rows, eq. (7.3)) or ``"sinusoidal"`` (eq. (7.1)); then the course's pre-norm stack
     :class:`course_lib.transformer.Encoder` (GELU, ``d_ff = 4 d_model``, final
     LayerNorm) run causally, whose attention gets the method's hook
     (:func:`course_lib.positional.position_hook`: Shaw, T5, ALiBi or RoPE);
@@ -244,7 +244,7 @@ class PositionalLM(nn.Module):
         length = ids.shape[1]
         x = self.embed(ids)  #                                                 [B, T, D]
         if self.method == "learned":
-            x = x + self.positions(length)  # (7.3); raises beyond max_len
+            x = x + self.positions(length)  # Chapter 7, (7.3); raises beyond max_len
         elif self.method == "sinusoidal":
-            x = x + sinusoidal_table(length, self.d_model, device=ids.device)  # (7.1)
+            x = x + sinusoidal_table(length, self.d_model, device=ids.device)  # Chapter 7, (7.1)
         return self.head(self.blocks(x, is_causal=True))  #                      [B, T, V]

@@ -284,7 +284,7 @@ class _Recurrent(nn.Module):
         """
         outputs = []
         for t in range(x.shape[1]):
-            state = self.cell(x[:, t], state, *self._weights())  # one step        [B, H]
+            state = self.cell(x[:, t], state, *self._weights())  # h [B, H], or (h, c)
             outputs.append(state[0] if isinstance(state, tuple) else state)
         if not outputs:  # T = 0
             return x.new_zeros(x.shape[0], 0, self.hidden_size), state

@@ -1,15 +1,16 @@
 """Attention for time series: temporal encodings, patching, a patch Transformer (Chapter 10).
 
-Shapes: ``B`` batch, ``L`` context length (past steps the model reads), ``H``
-horizon (future steps it predicts), ``C`` channels (variables of the series),
-``P`` patch length, ``S`` stride, ``N`` number of patches, ``D`` model size,
-``E`` exogenous covariates, ``k`` periodic components of Time2Vec.
+Shapes (``book/notation.md``): ``B`` batch, ``T_in`` look-back window (past
+steps the model reads, ``context``), ``T_out`` horizon (future steps it
+predicts), ``C`` channels (variables of the series), ``P`` patch length,
+``N_p`` patches of the series, ``N_x`` patches of the covariates, ``D`` model
+width, ``C_x`` exogenous covariates, ``k`` periodic components of Time2Vec.
 
 * :class:`Time2Vec`, eq. (10.1): one affine and ``k`` periodic components of time;
 * :func:`calendar_features`, eq. (10.2): sine/cosine of the position in the year
   (and optionally the month as one-hot) from a ``pandas.DatetimeIndex``;
-* :func:`patchify`, eq. (10.3): overlapping windows ``[B, C, L] -> [B, C, N, P]``
-  with ``N = (L - P) // S + 1`` (PatchTST's end padding optional);
+* :func:`patchify`, eq. (10.3): overlapping windows ``[B, C, T_in] -> [B, C, N_p, P]``
+  with ``N_p = (T_in - P) // stride + 1`` (PatchTST's end padding optional);
 * :class:`PatchForecaster`, eq. (10.4): a channel-independent PatchTST-style
   forecaster (instance normalisation, patch embedding, a pre-norm
   :class:`course_lib.transformer.Encoder`, a flatten-linear head);  with
@@ -133,20 +134,20 @@ def num_patches(length: int, patch_len: int, stride: int, pad_end: bool = False)
 def patchify(x: Tensor, patch_len: int, stride: int, pad_end: bool = False) -> Tensor:
     """Cut each channel into overlapping patches, Chapter 10, eq. (10.3).
 
-    ``x [B, C, L] -> [B, C, N, P]`` with patch ``n`` equal to
-    ``x[..., n S : n S + P]`` and ``N = (L - P) // S + 1``.  Channels are
+    ``x [B, C, T_in] -> [B, C, N_p, P]`` with patch ``n`` equal to
+    ``x[..., n stride : n stride + P]`` and ``N_p = (T_in - P) // stride + 1``.  Channels are
     patched independently (PatchTST's *channel independence*).  With
     ``pad_end`` the last value is repeated ``S`` times first, as PatchTST does,
     which adds one patch.  Steps after the last full patch are dropped.
     """
     if x.dim() != 3:
-        raise ValueError(f"patchify: x must be [B, C, L], got {list(x.shape)}")
+        raise ValueError(f"patchify: x must be [B, C, T_in], got {list(x.shape)}")
     n = num_patches(x.shape[-1], patch_len, stride, pad_end)
     if pad_end:
         x = torch.cat([x, x[..., -1:].expand(*x.shape[:-1], stride)], dim=-1)
-    starts = torch.arange(n, device=x.device) * stride  # [N]
-    idx = starts[:, None] + torch.arange(patch_len, device=x.device)  # [N, P]
-    return x[..., idx]  # (10.3) gather: [B, C, N, P]
+    starts = torch.arange(n, device=x.device) * stride  # [N_p]
+    idx = starts[:, None] + torch.arange(patch_len, device=x.device)  # [N_p, P]
+    return x[..., idx]  # (10.3) gather: [B, C, N_p, P]
 
 
 # ---------------------------------------------------------------------------
@@ -157,9 +158,9 @@ def patchify(x: Tensor, patch_len: int, stride: int, pad_end: bool = False) -> T
 class RevIN(nn.Module):
     """Instance normalisation of each window (Kim et al., 2022), without affine weights.
 
-    ``normalize(x [B, C, L])`` subtracts each channel's mean over the window and
+    ``normalize(x [B, C, T_in])`` subtracts each channel's mean over the window and
     divides by its standard deviation (+ ``eps``), remembering both;
-    ``denormalize(y [B, C, H])`` undoes it on the forecast.  It lets one model
+    ``denormalize(y [B, C, T_out])`` undoes it on the forecast.  It lets one model
     serve a series whose level drifts (a trend) far outside the training range.
     """
 
@@ -191,10 +192,10 @@ class PatchForecaster(nn.Module):
 
         z = Encoder(W_p patches + W_pos),    y_hat = W_h flatten(z) + b_h.
 
-    ``forward(x [B, L, C], exog=None) -> [B, H, C]``.
+    ``forward(x [B, T_in, C], exog=None) -> [B, T_out, C]``.
 
     Exogenous covariates, eq. (10.5): with ``n_exog = E > 0`` the forward pass
-    takes ``exog [B, L + H, E]`` (the covariates over the context *and* the
+    takes ``exog [B, T_in + T_out, C_x]`` (the covariates over the context *and* the
     horizon, so they must be known in advance: calendar, holidays, planned
     events).  They are cut into patches like the series (``N_x`` windows of all
     ``E`` covariates, each embedded by ``Linear(E P, D)`` plus a learned
@@ -228,23 +229,23 @@ class PatchForecaster(nn.Module):
         self.n_patches = num_patches(context, patch_len, stride, pad_end)
         self.revin = RevIN()
         self.embed = nn.Linear(patch_len, d_model)  # W_p [D, P]
-        self.pos = nn.Parameter(torch.randn(self.n_patches, d_model) * 0.02)  # W_pos [N, D]
+        self.pos = nn.Parameter(torch.randn(self.n_patches, d_model) * 0.02)  # W_pos [N_p, D]
         self.dropout = nn.Dropout(dropout)
-        if n_exog:  # covariates are patched too: [B, E, N_x, P] -> tokens [B, N_x, E P]
+        if n_exog:  # covariates are patched too: [B, C_x, N_x, P] -> tokens [B, N_x, C_x P]
             self.n_exog_patches = num_patches(context + horizon, patch_len, stride)
-            self.exog_embed = nn.Linear(n_exog * patch_len, d_model)  # [D, E P]
+            self.exog_embed = nn.Linear(n_exog * patch_len, d_model)  # [D, C_x P]
             self.exog_pos = nn.Parameter(torch.randn(self.n_exog_patches, d_model) * 0.02)
             self.backbone: nn.Module = Decoder(
                 num_layers, d_model, num_heads, d_ff, dropout, norm_first=True
             )
         else:
             self.backbone = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=True)
-        self.head = nn.Linear(self.n_patches * d_model, horizon)  # W_h [H, N D]
+        self.head = nn.Linear(self.n_patches * d_model, horizon)  # W_h [T_out, N_p D]
 
     def forward(self, x: Tensor, exog: Tensor | None = None) -> Tensor:
         if x.dim() != 3 or x.shape[1] != self.context:
             raise ValueError(
-                f"PatchForecaster: x must be [B, L={self.context}, C], got {list(x.shape)}"
+                f"PatchForecaster: x must be [B, T_in={self.context}, C], got {list(x.shape)}"
             )
         b, length, c = x.shape
         if self.n_exog:
@@ -256,20 +257,20 @@ class PatchForecaster(nn.Module):
                 )
         elif exog is not None:
             raise ValueError("PatchForecaster: built with n_exog=0 but given exog")
-        series = self.revin.normalize(x.transpose(1, 2))  # [B, C, L]
-        patches = patchify(series, self.patch_len, self.stride, self.pad_end)  # [B, C, N, P]
+        series = self.revin.normalize(x.transpose(1, 2))  # [B, C, T_in]
+        patches = patchify(series, self.patch_len, self.stride, self.pad_end)  # [B, C, N_p, P]
         tokens = patches.reshape(b * c, self.n_patches, self.patch_len)  # channel independence
-        z = self.dropout(self.embed(tokens) + self.pos)  # (10.4)        [B C, N, D]
+        z = self.dropout(self.embed(tokens) + self.pos)  # (10.4)        [B C, N_p, D]
         if self.n_exog:
-            cov = patchify(exog.transpose(1, 2), self.patch_len, self.stride)  # [B, E, N_x, P]
-            cov = cov.transpose(1, 2).flatten(2)  # [B, N_x, E P]
+            cov = patchify(exog.transpose(1, 2), self.patch_len, self.stride)  # [B, C_x, N_x, P]
+            cov = cov.transpose(1, 2).flatten(2)  # [B, N_x, C_x P]
             mem = self.exog_embed(cov) + self.exog_pos  # (10.5)           [B, N_x, D]
             mem = mem.repeat_interleave(c, dim=0)  # one copy per channel [B C, N_x, D]
             z = self.backbone(z, mem, causal=False)
         else:
             z = self.backbone(z)
-        y = self.head(z.flatten(1)).reshape(b, c, self.horizon)  # (10.4) [B, C, H]
-        return self.revin.denormalize(y).transpose(1, 2)  # [B, H, C]
+        y = self.head(z.flatten(1)).reshape(b, c, self.horizon)  # (10.4) [B, C, T_out]
+        return self.revin.denormalize(y).transpose(1, 2)  # [B, T_out, C]
 
 
 # ---------------------------------------------------------------------------
@@ -282,8 +283,8 @@ def windows(
 ) -> tuple[Tensor, Tensor]:
     """Cut ``(context, target)`` pairs from ``series [T, C]`` (or ``[T]``).
 
-    Window ``i`` reads ``series[s : s + L]`` and targets ``series[s + L : s + L + H]``
-    with ``s = starts[i]``.  Returns ``x [B, L, C]`` and ``y [B, H, C]``.
+    Window ``i`` reads ``series[s : s + T_in]`` and targets ``series[s + T_in : s + T_in + T_out]``
+    with ``s = starts[i]``.  Returns ``x [B, T_in, C]`` and ``y [B, T_out, C]``.
     """
     if series.dim() == 1:
         series = series[:, None]
@@ -296,20 +297,20 @@ def windows(
             f"(L={context}, H={horizon}, so 0 <= s <= {len(series) - context - horizon}); "
             f"got starts from {int(starts.min())} to {int(starts.max())}"
         )
-    idx = starts[:, None] + torch.arange(context + horizon)  # [B, L + H]
-    both = series[idx]  # [B, L + H, C]
+    idx = starts[:, None] + torch.arange(context + horizon)  # [B, T_in + T_out]
+    both = series[idx]  # [B, T_in + T_out, C]
     return both[:, :context], both[:, context:]
 
 
 def naive_forecast(x: Tensor, horizon: int) -> Tensor:
-    """Repeat the last observed value: ``x [B, L, C] -> [B, H, C]``."""
+    """Repeat the last observed value: ``x [B, T_in, C] -> [B, T_out, C]``."""
     return x[:, -1:].expand(-1, horizon, -1)
 
 
 def seasonal_naive_forecast(x: Tensor, horizon: int, season: int) -> Tensor:
     """Repeat the last full season: ``y_hat[t + h] = x[t + h - m k]``, the smallest k >= 1.
 
-    ``x [B, L, C] -> [B, H, C]``; needs ``L >= season``.
+    ``x [B, T_in, C] -> [B, T_out, C]``; needs ``T_in >= season``.
     """
     if x.shape[1] < season:
         raise ValueError(f"seasonal_naive_forecast: context {x.shape[1]} < season {season}")

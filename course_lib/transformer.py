@@ -491,7 +491,7 @@ class EncoderOnly(nn.Module):
 
 
 class DecoderOnly(nn.Module):
-    """The decoder-only family (GPT-like), Chapter 4: the same blocks, causal mask (3.4).
+    """The decoder-only family (GPT-like), Chapter 4: the same blocks, Chapter 3's causal mask (3.4).
 
     No cross-attention: a decoder-only block is an :class:`EncoderBlock` run with
     ``is_causal=True``.  ``forward(tokens [B, T]) -> next-token logits [B, T, V]``.

@@ -1,23 +1,23 @@
 """The Vision Transformer (ViT): an image as a sequence of patches (Chapter 13).
 
-Equation numbers refer to Chapter 13.  ``B`` batch, ``C`` image channels, ``H``,
-``W`` image height and width, ``P`` patch size, ``N = (H / P)(W / P)`` patches,
-``T = N + 1`` tokens (patches and the CLS token), ``D`` model size, ``h`` heads,
-``L`` layers, ``K`` classes.
+Equation numbers refer to Chapter 13.  Shapes (``book/notation.md``): ``B``
+batch, ``C`` image channels, ``height`` and ``width`` in pixels, ``P`` patch
+size, ``N_p = (height / P)(width / P)`` patches, ``T = N_p + 1`` tokens (the
+patches and the CLS token), ``D`` model width, ``h`` heads, ``K`` classes.
 
 The model of Dosovitskiy et al. (2021), eqs. (13.1)-(13.4):
 
-* (13.1) patch embedding: cut the image into ``N`` patches of ``P x P`` pixels,
+* (13.1) patch embedding: cut the image into ``N_p`` patches of ``P x P`` pixels,
   flatten each to ``C P^2`` numbers and map it linearly to ``D``:
-  ``z_0 = [x_cls; x_p^1 E; ...; x_p^N E] + E_pos``.  :class:`PatchEmbedding`
+  ``z_0 = [x_cls; x_p^1 E; ...; x_p^{N_p} E] + E_pos``.  :class:`PatchEmbedding`
   computes ``x_p E`` as a convolution with kernel and stride ``P``
   (:meth:`PatchEmbedding.forward`) and, for teaching, as :func:`patchify`
   followed by a matrix product (:meth:`PatchEmbedding.forward_linear`); the two
   are the same function;
-* (13.2)-(13.3) ``L`` pre-norm encoder blocks, ``z' = z + MHA(LN z)``,
+* (13.2)-(13.3) ``num_layers`` pre-norm encoder blocks, ``z' = z + MHA(LN z)``,
   ``z = z' + MLP(LN z')`` (:class:`course_lib.transformer.EncoderBlock` with
   ``norm_first=True`` and GELU);
-* (13.4) ``y = LN(z_L^0)``: the final layer norm applied to the CLS token, then
+* (13.4) ``y = LN(z^0)`` (the last block's output): the final layer norm applied to the CLS token, then
   a linear classification head.
 
 The parameter layout follows Hugging Face's ``ViTModel`` closely enough that the
@@ -38,12 +38,12 @@ __all__ = ["patchify", "PatchEmbedding", "ViT", "attention_rollout", "cls_attent
 
 
 def _check_images(where: str, images: Tensor, channels: int | None, patch_size: int) -> None:
-    """``images`` must be [B, C, H, W] (``C = channels`` unless None), H and W multiples of P."""
+    """``images`` must be [B, C, height, width] (``C = channels`` unless None), height and width multiples of P."""
     ok = isinstance(images, Tensor) and images.dim() == 4
     if not ok or (channels is not None and images.shape[1] != channels):
         shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
         c = "C" if channels is None else f"C={channels}"
-        raise ValueError(f"{where}: images must be [B, {c}, H, W], got {shape}")
+        raise ValueError(f"{where}: images must be [B, {c}, height, width], got {shape}")
     h, w = images.shape[-2:]
     if h % patch_size or w % patch_size:
         raise ValueError(
@@ -54,7 +54,7 @@ def _check_images(where: str, images: Tensor, channels: int | None, patch_size: 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
     """Cut images into flattened, non-overlapping patches, eq. (13.1).
 
-    ``images`` [B, C, H, W] -> ``[B, N, C * P * P]`` with ``N = (H/P) (W/P)``,
+    ``images`` [B, C, height, width] -> ``[B, N_p, C * P * P]`` with ``N_p = (height/P) (width/P)``,
     patches in row-major order over the grid (left to right, then top to
     bottom) and each patch flattened channel first, then row, then column: the
     order of ``Conv2d.weight.flatten(1)``, so that ``patchify(x) @ W.flatten(1).T``
@@ -65,9 +65,9 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     _check_images("patchify", images, None, patch_size)
     b, c, h, w = images.shape
     p = patch_size
-    x = images.reshape(b, c, h // p, p, w // p, p)  # [B, C, H/P, P, W/P, P]
-    x = x.permute(0, 2, 4, 1, 3, 5)  # [B, H/P, W/P, C, P, P]
-    return x.reshape(b, (h // p) * (w // p), c * p * p)  # [B, N, C P^2]
+    x = images.reshape(b, c, h // p, p, w // p, p)  # [B, C, height/P, P, width/P, P]
+    x = x.permute(0, 2, 4, 1, 3, 5)  # [B, height/P, width/P, C, P, P]
+    return x.reshape(b, (h // p) * (w // p), c * p * p)  # [B, N_p, C P^2]
 
 
 class PatchEmbedding(nn.Module):
@@ -75,8 +75,8 @@ class PatchEmbedding(nn.Module):
 
     ``proj`` is ``nn.Conv2d(C, D, kernel_size=P, stride=P)``: one output
     position per patch, so the convolution *is* the per-patch linear map, with
-    ``E = proj.weight.flatten(1).T`` [C P^2, D].  ``forward(images [B, C, H, W])
-    -> [B, N, D]``; :meth:`forward_linear` computes the same with
+    ``E = proj.weight.flatten(1).T`` [C P^2, D].  ``forward(images [B, C, height, width])
+    -> [B, N_p, D]``; :meth:`forward_linear` computes the same with
     :func:`patchify` and a matrix product.
     """
 
@@ -92,27 +92,27 @@ class PatchEmbedding(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         _check_images("PatchEmbedding", images, self.in_channels, self.patch_size)
-        z = self.proj(images)  # strided convolution                 [B, D, H/P, W/P]
-        return z.flatten(2).transpose(1, 2)  # row-major patch order   [B, N, D]
+        z = self.proj(images)  # strided convolution                 [B, D, height/P, width/P]
+        return z.flatten(2).transpose(1, 2)  # row-major patch order   [B, N_p, D]
 
     def forward_linear(self, images: Tensor) -> Tensor:
         """The same map written as (13.1): flatten each patch, multiply by ``E``."""
         _check_images("PatchEmbedding", images, self.in_channels, self.patch_size)
-        patches = patchify(images, self.patch_size)  # [B, N, C P^2]
+        patches = patchify(images, self.patch_size)  # [B, N_p, C P^2]
         e = self.proj.weight.flatten(1)  # E^T                                 [D, C P^2]
-        return patches @ e.T + self.proj.bias  # x_p E + b                        [B, N, D]
+        return patches @ e.T + self.proj.bias  # x_p E + b                        [B, N_p, D]
 
 
 class ViT(nn.Module):
     """A Vision Transformer classifier, eqs. (13.1)-(13.4).
 
-    ``forward(images [B, C, H, W]) -> logits [B, K]``; :meth:`features` returns
+    ``forward(images [B, C, height, width]) -> logits [B, K]``; :meth:`features` returns
     every token after the final layer norm, ``[B, T, D]`` with the CLS token at
     position 0; :meth:`attention_weights` returns the attention weights of every
-    layer, ``[L, B, h, T, T]``.
+    layer, ``[num_layers, B, h, T, T]``.
 
     Parameters: ``patch_embed`` (:class:`PatchEmbedding`), ``cls_token`` [1, 1, D],
-    ``pos_embed`` [1, T, D] (learned, eq. (13.1)), ``blocks`` (``L`` pre-norm
+    ``pos_embed`` [1, T, D] (learned, eq. (13.1)), ``blocks`` (``num_layers`` pre-norm
     :class:`~course_lib.transformer.EncoderBlock`, GELU), ``norm`` (the final
     layer norm, eq. (13.4)) and ``head`` (``Linear(D, K)``).  ``eps`` is the
     epsilon of every layer norm (Hugging Face's ViT uses 1e-12, the original
@@ -127,7 +127,7 @@ class ViT(nn.Module):
         *,
         in_channels: int = 1,
         d_model: int = 64,
-        depth: int = 4,
+        num_layers: int = 4,
         num_heads: int = 4,
         d_ff: int = 128,
         dropout: float = 0.0,
@@ -140,8 +140,10 @@ class ViT(nn.Module):
             raise ValueError(
                 f"ViT: image_size ({image_size}) must be a multiple of patch_size ({patch_size})"
             )
-        if num_classes < 1 or depth < 1:
-            raise ValueError(f"ViT: num_classes ({num_classes}) and depth ({depth}) must be >= 1")
+        if num_classes < 1 or num_layers < 1:
+            raise ValueError(
+                f"ViT: num_classes ({num_classes}) and num_layers ({num_layers}) must be >= 1"
+            )
         self.image_size, self.patch_size = image_size, patch_size
         self.grid = image_size // patch_size
         self.num_patches = self.grid**2
@@ -155,7 +157,7 @@ class ViT(nn.Module):
             EncoderBlock(
                 d_model, num_heads, d_ff, dropout, norm_first=True, activation="gelu", eps=eps
             )
-            for _ in range(depth)
+            for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.head = nn.Linear(d_model, num_classes)
@@ -167,7 +169,7 @@ class ViT(nn.Module):
                 f"ViT: images must be [B, C, {self.image_size}, {self.image_size}], "
                 f"got {list(images.shape)}"
             )
-        x = self.patch_embed(images)  # x_p E                                    [B, N, D]
+        x = self.patch_embed(images)  # x_p E                                    [B, N_p, D]
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # [B, 1, D]
         z = torch.cat([cls, x], dim=1) + self.pos_embed  # (13.1)                   [B, T, D]
         z = self.dropout(z)
@@ -180,7 +182,7 @@ class ViT(nn.Module):
 
     @torch.no_grad()
     def attention_weights(self, images: Tensor) -> Tensor:
-        """The attention weights of every layer, ``[L, B, h, T, T]`` (row: query token)."""
+        """The attention weights of every layer, ``[num_layers, B, h, T, T]`` (row: query token)."""
         with record_attention(self) as maps:
             self.features(images)
         return torch.stack([maps[f"blocks.{i}.self_attn"] for i in range(len(self.blocks))])
@@ -189,7 +191,7 @@ class ViT(nn.Module):
 def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
     """Attention rollout (Abnar & Zuidema, 2020), eq. (13.5).
 
-    ``weights`` [L, B, h, T, T] (from :meth:`ViT.attention_weights`).  Each layer's
+    ``weights`` [num_layers, B, h, T, T] (from :meth:`ViT.attention_weights`).  Each layer's
     heads are averaged, the residual connection is accounted for as
     ``A_l' = residual * I + (1 - residual) * mean_h A_l``, and the layers are
     chained: ``R = A_L' ... A_1'``.  Returns ``R`` [B, T, T]; row ``t`` says how
@@ -198,7 +200,7 @@ def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
     """
     if weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
         raise ValueError(
-            f"attention_rollout: weights must be [L, B, h, T, T], got {list(weights.shape)}"
+            f"attention_rollout: weights must be [num_layers, B, h, T, T], got {list(weights.shape)}"
         )
     if not 0.0 <= residual <= 1.0:
         raise ValueError(f"attention_rollout: residual must be in [0, 1], got {residual}")
@@ -214,17 +216,17 @@ def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
 def cls_attention_map(weights: Tensor, grid: int, *, rollout: bool = True) -> Tensor:
     """What the CLS token looks at, as one ``[grid, grid]`` map per image.
 
-    ``weights`` [L, B, h, T, T] with ``T = grid**2 + 1``.  With ``rollout=True``
+    ``weights`` [num_layers, B, h, T, T] with ``T = grid**2 + 1``.  With ``rollout=True``
     the CLS row of :func:`attention_rollout`; otherwise the CLS row of the last
-    layer, averaged over heads.  The CLS column is dropped and the ``N``
+    layer, averaged over heads.  The CLS column is dropped and the ``N_p``
     patch entries are rescaled to sum to 1.  Returns ``[B, grid, grid]``.
     """
     if weights.dim() != 5 or weights.shape[-1] != grid * grid + 1:
         raise ValueError(
-            f"cls_attention_map: weights must be [L, B, h, T={grid * grid + 1}, T], "
+            f"cls_attention_map: weights must be [num_layers, B, h, T={grid * grid + 1}, T], "
             f"got {list(weights.shape)}"
         )
     rows = attention_rollout(weights)[:, 0] if rollout else weights[-1].mean(dim=1)[:, 0]
-    patches = rows[:, 1:]  # drop the CLS column                           [B, N]
+    patches = rows[:, 1:]  # drop the CLS column                           [B, N_p]
     patches = patches / patches.sum(dim=-1, keepdim=True)
     return patches.reshape(-1, grid, grid)

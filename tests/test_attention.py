@@ -1,4 +1,7 @@
-"""Attention (Chapters 2-3): scores, masks, scaled dot-product and multi-head attention.
+"""Attention (Chapters 2-3): masks, scores, scaled dot-product and multi-head attention.
+
+Covers course_lib.masks and course_lib.attention; Chapter 2's seq2seq models with
+attention are tested in test_seq2seq.py.
 
 Cross-checks copy weights into PyTorch's own modules and compare in float32 with
 atol 1e-5.  Several tests also show that a plausible mistake (the wrong mask
@@ -14,27 +17,26 @@ from torch import nn
 
 from course_lib.attention import (
     AdditiveAttention,
-    BahdanauSeq2Seq,
     LuongAttention,
-    LuongSeq2Seq,
     MultiHeadAttention,
     additive_score,
     attend,
-    causal_mask,
     concat_score,
     dot_score,
-    from_torch_mask,
     general_score,
-    masked_softmax,
-    padding_mask,
     record_attention,
     scaled_dot_product_attention,
+)
+from course_lib.masks import (
+    causal_mask,
+    check_mask,
+    from_torch_mask,
+    masked_softmax,
+    padding_mask,
     to_additive_mask,
     to_torch_mask,
     window_mask,
 )
-from course_lib.seq2seq import evaluate, make_batch, seq2seq_loss
-from course_lib.training import train
 
 ATOL = 1e-5
 
@@ -75,7 +77,7 @@ def test_window_mask_local_m_and_given_centres():
     m = window_mask(4, 5, 1)  # p_i = i
     assert m.tolist()[0] == [True, True, False, False, False]
     assert m.tolist()[3] == [False, False, True, True, True]
-    # real-valued centres, batched: |j - p| <= D
+    # real-valued centres, batched: |j - p| <= window
     m = window_mask(2, 5, 1, torch.tensor([[0.4, 3.6]]))
     assert m.shape == (1, 2, 5)
     assert m[0].tolist() == [[True, True, False, False, False], [False, False, False, True, True]]
@@ -83,6 +85,28 @@ def test_window_mask_local_m_and_given_centres():
         window_mask(3, 5, 1, torch.arange(4))
     with pytest.raises(ValueError, match=r"centers must be \[T=3\] or \[B, T=3\], got \[\]"):
         window_mask(3, 5, 1, torch.tensor(1))  # 0-d: the friendly message, not an IndexError
+
+
+def test_check_mask_names_the_caller_and_the_expected_shapes():
+    scores = torch.Size([2, 3, 4])
+    check_mask("f", torch.ones(3, 4, dtype=torch.bool), scores)  # [T, S] broadcasts
+    check_mask("f", torch.zeros(2, 1, 4), scores)  # additive, [B, 1, S]
+    with pytest.raises(ValueError, match=r"f: mask of shape \[4, 3\] does not broadcast"):
+        check_mask("f", torch.ones(4, 3, dtype=torch.bool), scores)
+    with pytest.raises(ValueError, match=r"f: key_mask must be boolean .* got dtype torch.int64"):
+        check_mask("f", torch.ones(3, 4, dtype=torch.long), scores, "key_mask")
+    with pytest.raises(TypeError, match="f: mask must be a torch.Tensor, got list"):
+        check_mask("f", [[True]], scores)
+
+
+def test_the_masks_used_by_attention_stay_importable_from_it():
+    """gat.py and chapter 11 import these two from course_lib.attention."""
+    import course_lib.attention
+    import course_lib.masks
+
+    assert course_lib.attention.masked_softmax is course_lib.masks.masked_softmax
+    assert course_lib.attention.causal_mask is course_lib.masks.causal_mask
+    assert "masked_softmax" not in course_lib.attention.__all__
 
 
 def test_additive_form_of_a_boolean_mask():
@@ -217,7 +241,7 @@ def test_sdpa_errors_name_the_expected_shapes():
         scaled_dot_product_attention(q, k, v, torch.ones(5, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match="must be boolean .* or floating"):
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"query must be a tensor \[\.\.\., n, d\]"):
+    with pytest.raises(ValueError, match=r"query must be a tensor \[\.\.\., T, d\]"):
         scaled_dot_product_attention(torch.randn(3), k, v)
 
 
@@ -329,9 +353,9 @@ def test_mha_heads_are_single_head_attention_in_parallel_subspaces():
 def test_mha_errors_name_the_expected_shapes():
     ours, _ = _mha_pair()
     x = torch.randn(2, 5, 16)
-    with pytest.raises(ValueError, match=r"query must be \[B, T, E=16\], got \[2, 5, 8\]"):
+    with pytest.raises(ValueError, match=r"query must be \[B, T, D=16\], got \[2, 5, 8\]"):
         ours(torch.randn(2, 5, 8))
-    with pytest.raises(ValueError, match=r"key must be \[B=2, S, E=16\], got \[3, 4, 16\]"):
+    with pytest.raises(ValueError, match=r"key must be \[B=2, S, D=16\], got \[3, 4, 16\]"):
         ours(x, torch.randn(3, 4, 16))
     with pytest.raises(ValueError, match=r"key_padding_mask must be \[B=2, S=5\], got \[2, 4\]"):
         ours(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
@@ -421,85 +445,3 @@ def test_luong_and_additive_attention_reject_bad_configurations():
     att = AdditiveAttention(4, 6, 5)
     c, w = att(torch.randn(2, 1, 4), torch.randn(2, 3, 6))
     assert c.shape == (2, 1, 6) and w.shape == (2, 1, 3)
-
-
-# ---------------------------------------------------------------------------
-# Chapter 2: the seq2seq models with attention.
-# ---------------------------------------------------------------------------
-
-MODELS = [
-    lambda rnn: BahdanauSeq2Seq(6, 8, 12, rnn=rnn),
-    lambda rnn: LuongSeq2Seq(6, 8, 12, score="general", rnn=rnn),
-    lambda rnn: LuongSeq2Seq(6, 8, 12, score="dot", window=2, rnn=rnn),
-    lambda rnn: LuongSeq2Seq(6, 8, 12, score="concat", window=1, align="predictive", rnn=rnn),
-]
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-@pytest.mark.parametrize("make", MODELS)
-def test_attention_seq2seq_shapes_and_greedy_decoding(make):
-    model = make("course")
-    b = make_batch(4, 5, 6, generator=_gen(0))
-    logits, w = model.forward_with_weights(b.src, b.tgt_in)
-    assert logits.shape == (4, 5, 6) and w.shape == (4, 5, 5)
-    pred, wd = model.greedy_decode(b.src, 5, return_weights=True)
-    assert pred.shape == (4, 5) and wd.shape == (4, 5, 5)
-    assert torch.equal(model.alignments(b.src, 5), wd)
-    # greedy decoding = argmax of teacher forcing on its own prefix
-    bos = torch.full((4, 1), model.bos)
-    with torch.no_grad():
-        again, w_again = model.forward_with_weights(b.src, torch.cat([bos, pred[:, :-1]], 1))
-    assert torch.equal(again.argmax(-1), pred)
-    assert _close(w_again, wd)
-
-
-@pytest.mark.parametrize("make", MODELS)
-def test_course_and_torch_gru_give_the_same_attention_model(make):
-    ours, ref = make("course"), make("torch")
-    ref.load_state_dict(ours.state_dict())
-    b = make_batch(3, 4, 6, generator=_gen(1))
-    with torch.no_grad():
-        assert _close(ours(b.src, b.tgt_in), ref(b.src, b.tgt_in))
-    assert torch.equal(ours.greedy_decode(b.src, 4), ref.greedy_decode(b.src, 4))
-
-
-def test_global_weights_sum_to_one_and_local_weights_stay_in_the_window():
-    b = make_batch(3, 9, 6, generator=_gen(2))
-    glob = LuongSeq2Seq(6, 8, 12)
-    _, w = glob.forward_with_weights(b.src, b.tgt_in)
-    assert torch.allclose(w.sum(-1), torch.ones(3, 9))
-    local_m = LuongSeq2Seq(6, 8, 12, window=2)  # p_t = t
-    _, w = local_m.forward_with_weights(b.src, b.tgt_in)
-    assert torch.equal(w > 0, window_mask(9, 9, 2).expand(3, 9, 9))
-    assert torch.allclose(w.sum(-1), torch.ones(3, 9))
-    _, w = local_m.greedy_decode(b.src, 9, return_weights=True)
-    assert torch.equal(w > 0, window_mask(9, 9, 2).expand(3, 9, 9))
-    local_p = LuongSeq2Seq(6, 8, 12, window=2, align="predictive")
-    _, w = local_p.forward_with_weights(b.src, b.tgt_in)
-    assert ((w > 0).sum(-1) <= 5).all()  # at most 2D + 1 keys
-    assert (w.sum(-1) <= 1 + 1e-6).all()  # the Gaussian only shrinks the weights
-    with pytest.raises(ValueError, match="align must be 'monotonic' or 'predictive'"):
-        LuongSeq2Seq(6, window=2, align="fixed")
-    with pytest.raises(ValueError, match="window must be >= 1 or None, got 0"):
-        LuongSeq2Seq(6, window=0)
-    with pytest.raises(ValueError, match="rnn must be 'course' or 'torch'"):
-        BahdanauSeq2Seq(6, rnn="lstm")
-
-
-def test_bahdanau_model_learns_to_reverse_short_sequences():
-    model = BahdanauSeq2Seq(5, 8, 32, rnn="torch")
-    test = make_batch(300, 4, 5, task="reverse", generator=_gen(99))
-    gen = _gen(0)
-    train(
-        model,
-        lambda: make_batch(32, 4, 5, task="reverse", generator=gen),
-        seq2seq_loss,
-        steps=300,
-        lr=1e-2,
-        progress=False,
-    )
-    tok, _ = evaluate(model, test)
-    assert tok > 0.9, tok

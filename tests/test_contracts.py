@@ -7,7 +7,8 @@ checks that it is reported, and that a clean input is not, so a passing suite
 also proves that every checker can fail.
 
 Everything is static: no notebook is executed and ``course_lib`` is not imported,
-so the file runs in about a second.  The files are read when a test runs, so
+so the tests take about two seconds together (pytest's own start-up, which imports
+torch through ``tests/conftest.py``, comes on top).  The files are read when a test runs, so
 modules that appear while the library is reorganised (``masks.py``, ``lm.py``,
 ...) are checked as soon as they exist.
 
@@ -40,7 +41,7 @@ Decisions worth knowing
   when two notebooks define the same name with 4+ statements each *and* the two
   bodies have the same structure (similarity of their AST node sequences at
   least 0.8): two unrelated widget callbacks that happen to share a name
-  (ch06's and ch07's ``explore``, similarity 0.33) are not a duplicated helper.
+  (ch06's and ch07's ``explore``, similarity 0.30) are not a duplicated helper.
 """
 
 from __future__ import annotations
@@ -87,8 +88,12 @@ def _notebooks(folder: str) -> list[Path]:
 
 
 def _notebook_code(folder: str = "notebooks") -> dict[str, list[str]]:
-    """Path -> sources of the code cells, for every notebook of ``folder``."""
-    return {_rel(p): [src for kind, src in _cells(p) if kind == "code"] for p in _notebooks(folder)}
+    """Path -> source of every cell as code (markdown cells empty, so that list indices
+    are the notebook's cell indices), for every notebook of ``folder``."""
+    return {
+        _rel(p): [src if kind == "code" else "" for kind, src in _cells(p)]
+        for p in _notebooks(folder)
+    }
 
 
 def _chapter_markdown() -> dict[int, dict[str, list[str]]]:
@@ -138,14 +143,23 @@ def _expand(first: Equation, last: Equation | None) -> list[Equation]:
 
 
 def python_prose(source: str) -> list[tuple[int, str]]:
-    """``(first line, text)`` of every comment and string literal of a Python source."""
-    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-    return [
-        (tok.start[0], tok.string)
-        for tok in tokens
-        if tok.type in (tokenize.COMMENT, tokenize.STRING)
-        or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1)
-    ]
+    """``(first line, text)`` of every comment and string literal of a Python source.
+
+    Comments on consecutive lines form one text (one line each), so that a
+    ``# Chapter 8: ...`` comment covers the comment on the next line."""
+    prose: list[tuple[int, str]] = []
+    last_comment_line = -1
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        line = tok.start[0]
+        if tok.type == tokenize.COMMENT:
+            if prose and last_comment_line == line - 1:
+                prose[-1] = (prose[-1][0], prose[-1][1] + "\n" + tok.string)
+            else:
+                prose.append((line, tok.string))
+            last_comment_line = line
+        elif tok.type == tokenize.STRING or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+            prose.append((line, tok.string))
+    return prose
 
 
 def citations_in_text(text: str) -> list[tuple[int, Equation]]:
@@ -284,9 +298,15 @@ def _without_magics(source: str) -> str:
     return re.sub(r"(?m)^([ \t]*)[%!].*$", r"\1pass", source)
 
 
-def parse_cells(cells: Iterable[str]) -> list[tuple[int, ast.Module]]:
-    """``(cell index, tree)`` of the code cells; a cell that does not parse raises."""
-    return [(i, ast.parse(_without_magics(src))) for i, src in enumerate(cells)]
+def parse_cells(cells: Iterable[str], where: str = "") -> list[tuple[int, ast.Module]]:
+    """``(cell index, tree)`` of each cell; a cell that does not parse raises, saying which."""
+    trees = []
+    for i, src in enumerate(cells):
+        try:
+            trees.append((i, ast.parse(_without_magics(src))))
+        except SyntaxError as exc:
+            raise SyntaxError(f"{where} cell {i} does not parse: {exc}") from None
+    return trees
 
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
@@ -352,12 +372,12 @@ def redefined_library_names(
     """Notebook definitions whose name a course_lib module exports."""
     problems = []
     for path, cells in notebooks.items():
-        for index, tree in parse_cells(cells):
+        for index, tree in parse_cells(cells, path):
             for node in notebook_definitions(tree):
                 if node.name in exported:
                     kind = "class" if isinstance(node, ast.ClassDef) else "def"
                     problems.append(
-                        f"{path}, code cell {index}: {kind} {node.name} redefines the name "
+                        f"{path}, cell {index}: {kind} {node.name} redefines the name "
                         f"exported by {', '.join(exported[node.name])}"
                     )
     return problems
@@ -385,9 +405,9 @@ def test_the_redefinition_checker_reports_a_notebook_def_of_an_exported_name():
     ]
     problems = redefined_library_names({"notebooks/ch99_x.ipynb": cells}, exported_names(modules))
     assert [p.split(":")[0] for p in problems] == [
-        "notebooks/ch99_x.ipynb, code cell 1",
-        "notebooks/ch99_x.ipynb, code cell 2",
-        "notebooks/ch99_x.ipynb, code cell 3",
+        "notebooks/ch99_x.ipynb, cell 1",
+        "notebooks/ch99_x.ipynb, cell 2",
+        "notebooks/ch99_x.ipynb, cell 3",
     ], problems
     assert "course_lib/masks.py" in problems[0]
     assert exported_names({"course_lib/m.py": "def f():\n    pass\n\n\ndef _g():\n    pass\n"}) == {
@@ -400,6 +420,7 @@ def test_the_redefinition_checker_reports_a_notebook_def_of_an_exported_name():
 # ---------------------------------------------------------------------------
 
 #: Exported names used only by the test suite, each with the reason it stays public.
+#: Keyed by name, not module, so that an entry survives a move between modules.
 TEST_ONLY = {
     "DataError": "the exception every data loader raises: callers catch it, tests check it",
     "FILES": "the data file table (URL, sha256) that test_data checks against the data README",
@@ -422,8 +443,11 @@ def _course_texts() -> dict[str, str]:
     return texts
 
 
-def _word(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+def _words(text: str) -> set[str]:
+    """The words of a text (maximal runs of letters, digits and ``_``): a name is "used"
+    where it is one of them, so ``attention.causal_mask`` uses ``causal_mask`` and
+    ``ppmi_svd`` does not use ``ppmi`` (a word-boundary search, done once per text)."""
+    return set(re.findall(r"\w+", text))
 
 
 def unused_public_names(
@@ -431,13 +455,13 @@ def unused_public_names(
 ) -> list[str]:
     """Exported names that no text other than their own module mentions as a word."""
     allowed = set(allowed)
+    words = {where: _words(text) for where, text in texts.items()}
     problems = []
     for path, source in modules.items():
         for name in public_names(source):
             if name in allowed:
                 continue
-            word = _word(name)
-            if not any(word.search(text) for where, text in texts.items() if where != path):
+            if not any(name in w for where, w in words.items() if where != path):
                 problems.append(f"{path}: {name}")
     return problems
 
@@ -460,7 +484,7 @@ def stale_allow_list(
     for name in sorted(allowed):
         if name not in exported:
             problems.append(f"{name}: no course_lib module exports it")
-        elif not any(_word(name).search(text) for text in tests.values()):
+        elif not any(name in _words(text) for text in tests.values()):
             problems.append(f"{name}: no test uses it")
     return problems
 
@@ -613,7 +637,7 @@ def duplicated_helpers(notebooks: Mapping[str, list[str]]) -> list[str]:
     defs: list[tuple[str, int, Definition]] = [
         (path, index, node)
         for path, cells in notebooks.items()
-        for index, tree in parse_cells(cells)
+        for index, tree in parse_cells(cells, path)
         for node in notebook_definitions(tree)
     ]
     problems = []
@@ -753,10 +777,13 @@ def test_the_chapter_checker_reports_a_citation_of_an_undeclared_chapter():
         '"""\n'
         "\n"
         "# (11.1) the loss; Chapter 4, eq. (4.2) post-norm; Chapters 7-8: (8.3)\n"
+        "x = 1\n"
         "# as in (4.2)\n"
+        "y = 2  # Chapter 8: relative positions\n"
+        "z = 3  # RoPE (8.7)\n"
     )
     problems = foreign_chapter_citations({"course_lib/gpt.py": module})
-    assert [p.split(": ")[0] for p in problems] == ["course_lib/gpt.py:3", "course_lib/gpt.py:7"]
+    assert [p.split(": ")[0] for p in problems] == ["course_lib/gpt.py:3", "course_lib/gpt.py:8"]
     assert declared_chapters('"""A (Chapters 7 and 8).\n\nChapter 9 too.\n\nNot 10."""') == {
         7,
         8,

@@ -27,3 +27,10 @@ def test_ppmi_of_counts_is_finite_and_nonnegative():
     p = E.ppmi(counts)
     assert torch.isfinite(p).all() and (p >= 0).all()
     assert p[4].abs().sum() == 0  # a word never seen: a zero row
+
+
+def test_shape_errors_name_the_expected_shapes():
+    with pytest.raises(ValueError, match=r"nearest_neighbours: query must be \[D=3\], got \[4\]"):
+        E.nearest_neighbours(torch.randn(5, 3), torch.randn(4))
+    with pytest.raises(ValueError, match=r"cooccurrence_matrix: ids must be \[T\], got \[2, 3\]"):
+        E.cooccurrence_matrix(torch.zeros(2, 3, dtype=torch.long), 4)

@@ -11,6 +11,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, GCNConv
 
 from course_lib import gat, gat_training, sparse
 from course_lib.gat_training import Setup
+from course_lib.training import Callback, train
 
 N, F_IN = 7, 5
 
@@ -286,21 +287,44 @@ def test_fit_node_classifier_learns():
 
 def test_paper_early_stopping():
     """Stop after `patience` epochs without a new best loss or accuracy; keep the last epoch
-    that improved both."""
+    that improved both.  Run inside the course's loop, with validation results scripted."""
+    results = iter(
+        [(1.0, 0.5), (0.9, 0.6), (0.8, 0.5), (0.95, 0.55), (0.85, 0.6), (0.9, 0.4), (2.0, 0.0)]
+    )
     model = torch.nn.Linear(1, 1, bias=False)
-    stopping = gat_training.PaperEarlyStopping(model, patience=2)
-    losses_accs = [(1.0, 0.5), (0.9, 0.6), (0.8, 0.5), (0.95, 0.55), (0.85, 0.6), (0.9, 0.4)]
-    stops = []
-    for epoch, (loss, acc) in enumerate(losses_accs):
+    seen = []
+
+    def validate(m):
+        seen.append(m.weight.item())
+        return next(results)
+
+    stopping = gat_training.PaperEarlyStopping(validate, patience=2)
+    losses = train(
+        model,
+        lambda: None,
+        lambda m, _: m.weight.sum() * 0 + 1.0,  # a constant loss: the weights are set below
+        100,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.0),
+        callbacks=[stopping, _SetWeightToStep()],
+        progress=False,
+    )
+    # epoch 2: new best loss only; 4: accuracy ties the best (a tie counts); 3 and 5: neither;
+    # 6: the second epoch in a row without news -> stop
+    assert len(losses) == 7 and stopping.best_epoch == 1
+    assert stopping.history["val_loss"] == [1.0, 0.9, 0.8, 0.95, 0.85, 0.9, 2.0]
+    assert model.weight.item() == 1.0  # the weights of epoch 1, restored
+    with pytest.raises(ValueError, match="patience"):
+        gat_training.PaperEarlyStopping(validate, patience=0)
+
+
+class _SetWeightToStep(Callback):
+    """Before the next validation, set the weight to the number of the epoch just finished."""
+
+    order = -1
+
+    def on_step(self, run):
         with torch.no_grad():
-            model.weight.fill_(epoch)
-        stops.append(stopping.step(epoch, loss, acc, model))
-    # epoch 2: new best loss only; 4: accuracy ties the best (a tie counts); 3 and 5: neither
-    assert stops == [False, False, False, False, False, False]
-    assert stopping.best_epoch == 1 and stopping.wait == 1
-    assert stopping.step(6, 2.0, 0.0, model)  # the second epoch in a row without news
-    stopping.restore(model)
-    assert model.weight.item() == 1.0
+            run.model.weight.fill_(run.step - 1)
 
 
 def small_task():

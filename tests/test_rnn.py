@@ -6,7 +6,17 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.rnn import GRU, LSTM, RNN, gru_cell, gru_cell_notes, lstm_cell, rnn_cell
+from course_lib.rnn import (
+    GRU,
+    LSTM,
+    RNN,
+    gru_cell,
+    gru_cell_notes,
+    gru_step,
+    lstm_cell,
+    make_gru,
+    rnn_cell,
+)
 
 ATOL = 1e-5
 D, H = 5, 7  # input_size, hidden_size used throughout
@@ -192,27 +202,21 @@ def test_cell_rejects_wrong_input_size_with_a_clear_message():
     h = torch.zeros(3, 16)
     with pytest.raises(ValueError) as err:
         lstm_cell(torch.zeros(3, 5), (h, h), *_lstm_weights())
-    assert str(err.value) == "lstm_cell: x must be [batch, input_size=8], got [3, 5]"
+    assert str(err.value) == "lstm_cell: x must be [B, D=8], got [3, 5]"
 
 
 def test_cell_rejects_a_sequence_where_a_step_is_expected():
     ref = nn.GRUCell(8, 16)
-    with pytest.raises(
-        ValueError, match=r"gru_cell: x must be \[batch, input_size=8\], got \[3, 4, 8\]"
-    ):
+    with pytest.raises(ValueError, match=r"gru_cell: x must be \[B, D=8\], got \[3, 4, 8\]"):
         gru_cell(torch.zeros(3, 4, 8), torch.zeros(3, 16), ref.weight_ih, ref.weight_hh)
 
 
 def test_cell_rejects_wrong_state_shape():
     ref = nn.RNNCell(8, 16)
-    with pytest.raises(
-        ValueError, match=r"rnn_cell: h must be \[batch=3, hidden_size=16\], got \[2, 16\]"
-    ):
+    with pytest.raises(ValueError, match=r"rnn_cell: h must be \[B=3, H=16\], got \[2, 16\]"):
         rnn_cell(torch.zeros(3, 8), torch.zeros(2, 16), ref.weight_ih, ref.weight_hh)
     h = torch.zeros(3, 16)
-    with pytest.raises(
-        ValueError, match=r"lstm_cell: c must be \[batch=3, hidden_size=16\], got \[3, 15\]"
-    ):
+    with pytest.raises(ValueError, match=r"lstm_cell: c must be \[B=3, H=16\], got \[3, 15\]"):
         lstm_cell(torch.zeros(3, 8), (h, torch.zeros(3, 15)), *_lstm_weights())
     with pytest.raises(ValueError, match=r"lstm_cell: state must be a pair \(h, c\)"):
         lstm_cell(torch.zeros(3, 8), h, *_lstm_weights())
@@ -221,7 +225,7 @@ def test_cell_rejects_wrong_state_shape():
 def test_cell_rejects_weights_of_the_wrong_cell():
     rnn = nn.RNNCell(8, 16)  # weights [16, 8]: one block, not the four an LSTM needs
     h = torch.zeros(3, 16)
-    with pytest.raises(ValueError, match=r"lstm_cell: weight_hh must be \[4\*hidden_size"):
+    with pytest.raises(ValueError, match=r"lstm_cell: weight_hh must be \[4H, H\], got \[16, 16\]"):
         lstm_cell(torch.zeros(3, 8), (h, h), rnn.weight_ih, rnn.weight_hh)
 
 
@@ -229,15 +233,15 @@ def test_layer_rejects_wrong_shapes_with_a_clear_message():
     gru = GRU(8, 16)
     with pytest.raises(ValueError) as err:
         gru(torch.zeros(3, 8))  # forgot the time axis
-    assert str(err.value) == "GRU: x must be [batch, time, input_size=8], got [3, 8]"
+    assert str(err.value) == "GRU: x must be [B, T, D=8], got [3, 8]"
     with pytest.raises(
         ValueError,
-        match=r"GRU: h0 must be \[num_layers=1, batch=3, hidden_size=16\], got \[3, 16\]",
+        match=r"GRU: h0 must be \[num_layers=1, B=3, H=16\], got \[3, 16\]",
     ):
         gru(torch.zeros(3, 4, 8), torch.zeros(3, 16))
     lstm = LSTM(8, 16)
     h0 = torch.zeros(1, 3, 16)
-    with pytest.raises(ValueError, match=r"LSTM: c0 must be \[num_layers=1, batch=3"):
+    with pytest.raises(ValueError, match=r"LSTM: c0 must be \[num_layers=1, B=3"):
         lstm(torch.zeros(3, 4, 8), (h0, torch.zeros(1, 2, 16)))
     with pytest.raises(ValueError, match=r"RNN: input_size and hidden_size must be >= 1"):
         RNN(0, 4)
@@ -251,3 +255,37 @@ def test_layer_repr_and_default_init_range():
     for p in lstm.parameters():
         assert p.abs().max().item() <= bound
     assert GRU(4, 4, bias=False).bias_ih_l0 is None
+
+
+# ---------------------------------------------------------------------------
+# The GRU layer of a model: ours or PyTorch's, and one step of it.
+# ---------------------------------------------------------------------------
+
+
+def test_make_gru_builds_either_class_with_the_same_parameters():
+    torch.manual_seed(0)
+    ours, ref = make_gru(GRU, 8, 16), make_gru(nn.GRU, 8, 16)
+    assert type(ours) is GRU and type(ref) is nn.GRU and ref.batch_first
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 5, 8)
+    with torch.no_grad():
+        assert _max_diff(ours(x), ref(x)) < ATOL
+
+    class Subclass(GRU):
+        pass
+
+    assert type(make_gru(Subclass, 8, 16)) is Subclass
+    for wrong in ("torch", nn.LSTM, GRU(8, 16), None):
+        with pytest.raises(ValueError, match=r"make_gru: gru must be the class course_lib.rnn.GRU"):
+            make_gru(wrong, 8, 16)
+
+
+@pytest.mark.parametrize("cls", [GRU, nn.GRU])
+def test_gru_step_is_one_step_of_the_layer(cls):
+    torch.manual_seed(0)
+    layer = make_gru(cls, 8, 16)
+    x, h0 = torch.randn(3, 1, 8), torch.randn(1, 3, 16)
+    with torch.no_grad():
+        _, h1 = layer(x, h0)
+        assert _max_diff(gru_step(layer, x[:, 0], h0[0]), h1[0]) < ATOL

@@ -1,11 +1,16 @@
-"""The toy copy / reverse task, the GRU encoder-decoder and the training loop (Chapter 1)."""
+"""The toy copy / reverse task, the GRU encoder-decoders and the training loop (Chapters 1-2)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
+from course_lib.masks import window_mask
+from course_lib.rnn import GRU
 from course_lib.seq2seq import (
+    BahdanauSeq2Seq,
+    LuongSeq2Seq,
     Seq2Seq,
     evaluate,
     make_batch,
@@ -18,6 +23,10 @@ from course_lib.training import train
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
+    return a.shape == b.shape and (a - b).abs().max().item() <= atol
 
 
 # ---------------------------------------------------------------------------
@@ -76,16 +85,17 @@ def test_forward_and_decode_shapes():
 
 
 def test_course_gru_and_torch_gru_give_the_same_model():
-    """Seq2Seq(rnn='course') and rnn='torch' share parameter names and compute the same."""
+    """Seq2Seq(gru=rnn.GRU) and gru=nn.GRU share parameter names and compute the same."""
     torch.manual_seed(0)
-    ours, ref = Seq2Seq(6, 8, 12, rnn="course"), Seq2Seq(6, 8, 12, rnn="torch")
+    ours, ref = Seq2Seq(6, 8, 12, gru=GRU), Seq2Seq(6, 8, 12, gru=nn.GRU)
     ref.load_state_dict(ours.state_dict())
     b = make_batch(5, 4, 6, generator=_gen(1))
     with torch.no_grad():
         assert (ours(b.src, b.tgt_in) - ref(b.src, b.tgt_in)).abs().max().item() < 1e-5
     assert torch.equal(ours.greedy_decode(b.src, 4), ref.greedy_decode(b.src, 4))
-    with pytest.raises(ValueError, match="rnn must be 'course' or 'torch'"):
-        Seq2Seq(6, rnn="lstm")
+    for wrong in ("torch", nn.LSTM, nn.GRU(8, 12)):  # a string, another layer, an instance
+        with pytest.raises(ValueError, match=r"gru must be the class course_lib.rnn.GRU or torch"):
+            Seq2Seq(6, gru=wrong)
 
 
 def test_decoder_sees_the_source_only_through_the_context_vector():
@@ -117,8 +127,135 @@ def test_accuracies():
     assert token_accuracy(pred, tgt) == pytest.approx(5 / 6)
     assert sequence_accuracy(pred, tgt) == pytest.approx(1 / 2)
     assert token_accuracy(tgt, tgt) == sequence_accuracy(tgt, tgt) == 1.0
-    with pytest.raises(ValueError, match="shapes differ"):
+    with pytest.raises(
+        ValueError, match=r"token_accuracy: pred must be \[B=2, T=3\], got \[2, 2\]"
+    ):
         token_accuracy(pred[:, :2], tgt)
+
+
+def test_step_by_step_teacher_forcing_equals_the_parallel_one():
+    """The loop that every model inherits (decode_steps) gives Seq2Seq's parallel logits."""
+    torch.manual_seed(0)
+    model = Seq2Seq(6, 8, 12)
+    b = make_batch(4, 5, 6, generator=_gen(5))
+    with torch.no_grad():
+        logits, weights = model.forward_with_weights(b.src, b.tgt_in)
+        assert _close(logits, model(b.src, b.tgt_in)) and weights is None
+    with pytest.raises(ValueError, match="Seq2Seq: has no attention, so no weights to return"):
+        model.greedy_decode(b.src, 3, return_weights=True)
+    with pytest.raises(ValueError, match=r"Seq2Seq: src must be \[B, S\], got \[4\]"):
+        model.encode(b.src[:, 0])
+
+
+def test_parameter_names_and_order_are_those_of_the_trained_models():
+    """The state_dict keys, in order: checkpoints and seeded initialisations stay valid."""
+    base = ["src_emb.weight", "tgt_emb.weight"] + [
+        f"{gru}.{p}_l0"
+        for gru in ("encoder", "decoder")
+        for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    ]
+    assert list(Seq2Seq(6, 8, 12).state_dict()) == base + ["out.weight", "out.bias"]
+    assert list(BahdanauSeq2Seq(6, 8, 12).state_dict()) == base + [
+        "attention.v",
+        "attention.w_query.weight",
+        "attention.w_key.weight",
+        "out.weight",
+        "out.bias",
+    ]
+    local_p = LuongSeq2Seq(6, 8, 12, score="concat", window=1, align="predictive")
+    assert list(local_p.state_dict()) == base + [
+        "attention.weight",
+        "attention.v",
+        "combine.weight",
+        "out.weight",
+        "out.bias",
+        "w_p.weight",
+        "v_p.weight",
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Chapter 2: the seq2seq models with attention.
+# ---------------------------------------------------------------------------
+
+ATTENTION_MODELS = [
+    lambda gru: BahdanauSeq2Seq(6, 8, 12, gru=gru),
+    lambda gru: LuongSeq2Seq(6, 8, 12, score="general", gru=gru),
+    lambda gru: LuongSeq2Seq(6, 8, 12, score="dot", window=2, gru=gru),
+    lambda gru: LuongSeq2Seq(6, 8, 12, score="concat", window=1, align="predictive", gru=gru),
+]
+
+
+@pytest.mark.usefixtures("seed_and_one_thread")
+@pytest.mark.parametrize("make", ATTENTION_MODELS)
+def test_attention_seq2seq_shapes_and_greedy_decoding(make):
+    model = make(GRU)
+    b = make_batch(4, 5, 6, generator=_gen(0))
+    logits, w = model.forward_with_weights(b.src, b.tgt_in)
+    assert logits.shape == (4, 5, 6) and w.shape == (4, 5, 5)
+    pred, wd = model.greedy_decode(b.src, 5, return_weights=True)
+    assert pred.shape == (4, 5) and wd.shape == (4, 5, 5)
+    assert torch.equal(model.alignments(b.src, 5), wd)
+    # greedy decoding = argmax of teacher forcing on its own prefix
+    bos = torch.full((4, 1), model.bos)
+    with torch.no_grad():
+        again, w_again = model.forward_with_weights(b.src, torch.cat([bos, pred[:, :-1]], 1))
+    assert torch.equal(again.argmax(-1), pred)
+    assert _close(w_again, wd)
+
+
+@pytest.mark.usefixtures("seed_and_one_thread")
+@pytest.mark.parametrize("make", ATTENTION_MODELS)
+def test_course_and_torch_gru_give_the_same_attention_model(make):
+    ours, ref = make(GRU), make(nn.GRU)
+    ref.load_state_dict(ours.state_dict())
+    b = make_batch(3, 4, 6, generator=_gen(1))
+    with torch.no_grad():
+        assert _close(ours(b.src, b.tgt_in), ref(b.src, b.tgt_in))
+    assert torch.equal(ours.greedy_decode(b.src, 4), ref.greedy_decode(b.src, 4))
+
+
+@pytest.mark.usefixtures("seed_and_one_thread")
+def test_global_weights_sum_to_one_and_local_weights_stay_in_the_window():
+    b = make_batch(3, 9, 6, generator=_gen(2))
+    glob = LuongSeq2Seq(6, 8, 12)
+    _, w = glob.forward_with_weights(b.src, b.tgt_in)
+    assert torch.allclose(w.sum(-1), torch.ones(3, 9))
+    local_m = LuongSeq2Seq(6, 8, 12, window=2)  # p_t = t
+    _, w = local_m.forward_with_weights(b.src, b.tgt_in)
+    assert torch.equal(w > 0, window_mask(9, 9, 2).expand(3, 9, 9))
+    assert torch.allclose(w.sum(-1), torch.ones(3, 9))
+    _, w = local_m.greedy_decode(b.src, 9, return_weights=True)
+    assert torch.equal(w > 0, window_mask(9, 9, 2).expand(3, 9, 9))
+    local_p = LuongSeq2Seq(6, 8, 12, window=2, align="predictive")
+    _, w = local_p.forward_with_weights(b.src, b.tgt_in)
+    assert ((w > 0).sum(-1) <= 5).all()  # at most 2 * window + 1 keys
+    assert (w.sum(-1) <= 1 + 1e-6).all()  # the Gaussian only shrinks the weights
+    with pytest.raises(ValueError, match="align must be 'monotonic' or 'predictive'"):
+        LuongSeq2Seq(6, window=2, align="fixed")
+    with pytest.raises(ValueError, match="window must be >= 1 or None, got 0"):
+        LuongSeq2Seq(6, window=0)
+    with pytest.raises(
+        ValueError, match=r"gru must be the class course_lib.rnn.GRU or torch.nn.GRU"
+    ):
+        BahdanauSeq2Seq(6, gru=nn.LSTM)
+
+
+@pytest.mark.usefixtures("seed_and_one_thread")
+def test_bahdanau_model_learns_to_reverse_short_sequences():
+    model = BahdanauSeq2Seq(5, 8, 32, gru=nn.GRU)
+    test = make_batch(300, 4, 5, task="reverse", generator=_gen(99))
+    gen = _gen(0)
+    train(
+        model,
+        lambda: make_batch(32, 4, 5, task="reverse", generator=gen),
+        seq2seq_loss,
+        steps=300,
+        lr=1e-2,
+        progress=False,
+    )
+    tok, _ = evaluate(model, test)
+    assert tok > 0.9, tok
 
 
 # ---------------------------------------------------------------------------
@@ -169,7 +306,8 @@ def test_train_is_reproducible_and_clips():
 
 def test_train_rejects_bad_arguments_and_stops_on_nan():
     model = Seq2Seq(5, 8, 16)
-    with pytest.raises(ValueError, match="steps must be >= 0"):
+    # training.py words this "steps must be >= 0" or "need steps >= 0 ..."
+    with pytest.raises(ValueError, match=r"steps( must be)? >= 0"):
         train(model, lambda: None, seq2seq_loss, steps=-1)
     with pytest.raises(FloatingPointError, match="loss became nan at step 0"):
         train(

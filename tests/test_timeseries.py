@@ -35,7 +35,7 @@ def test_patchify_end_padding_is_patchtst():
     x = torch.randn(2, 3, 336)
     ref = nn.ReplicationPad1d((0, 8))(x).unfold(-1, 16, 8)  # PatchTST's padding_patch="end"
     assert torch.equal(patchify(x, 16, 8, pad_end=True), ref) and ref.shape[2] == 42
-    with pytest.raises(ValueError, match=r"\[B, C, L\]"):
+    with pytest.raises(ValueError, match=r"\[B, C, T_in\]"):
         patchify(torch.randn(5, 8), 4, 2)
     with pytest.raises(ValueError, match="length >= patch_len"):
         patchify(torch.randn(1, 1, 3), 4, 2)
@@ -82,7 +82,7 @@ def test_forecaster_shapes_channel_independence_and_errors():
     perm = torch.tensor([2, 0, 3, 1])
     assert torch.allclose(model(x[..., perm]), y[..., perm], atol=1e-4)  # channels independent
     assert torch.allclose(model(x * 2 + 3), y * 2 + 3, atol=1e-3)  # RevIN: scale and shift out
-    with pytest.raises(ValueError, match="L=48"):
+    with pytest.raises(ValueError, match="T_in=48"):
         model(torch.randn(3, 40, 1))
     exo = PatchForecaster(48, 12, patch_len=8, stride=4, d_model=16, num_heads=2, n_exog=3)
     assert exo(x, torch.randn(3, 60, 3)).shape == (3, 12, 4)

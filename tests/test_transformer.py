@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.attention import causal_mask, padding_mask, record_attention, to_torch_mask
+from course_lib.attention import record_attention
+from course_lib.masks import causal_mask, padding_mask, to_torch_mask
 from course_lib.seq2seq import evaluate, make_batch, seq2seq_loss
 from course_lib.training import train
 from course_lib.transformer import (

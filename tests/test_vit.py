@@ -57,7 +57,14 @@ def pair():
             if "embeddings" in name or "layernorm" in name:
                 param.add_(0.5 * torch.randn_like(param))
     model = vit.ViT(
-        IMG, P, 10, d_model=D, depth=LAYERS, num_heads=HEADS, d_ff=FF, eps=config.layer_norm_eps
+        IMG,
+        P,
+        10,
+        d_model=D,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        d_ff=FF,
+        eps=config.layer_norm_eps,
     ).eval()
     copy_from_hf(model, hf)
     return model, hf
@@ -118,10 +125,10 @@ def test_rollout_and_maps(pair):
 
 
 def test_errors():
-    model = vit.ViT(IMG, P, 10, d_model=D, depth=1, num_heads=HEADS, d_ff=FF)
+    model = vit.ViT(IMG, P, 10, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF)
     with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\]"):
         model(torch.rand(2, 1, 6, 6))
-    with pytest.raises(ValueError, match=r"images must be \[B, C=1, H, W\]"):
+    with pytest.raises(ValueError, match=r"images must be \[B, C=1, height, width\]"):
         model(torch.rand(2, 3, 8, 8))
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         vit.patchify(torch.rand(1, 1, 7, 8), 2)
@@ -129,7 +136,9 @@ def test_errors():
         vit.ViT(10, 3, 10)
     with pytest.raises(ValueError, match="patch_size must be a positive int, got 0"):
         vit.ViT(8, 0, 10)
-    with pytest.raises(ValueError, match=r"patchify: images must be \[B, C, H, W\], got \[8, 8\]"):
+    with pytest.raises(
+        ValueError, match=r"patchify: images must be \[B, C, height, width\], got \[8, 8\]"
+    ):
         vit.patchify(torch.rand(8, 8), 4)
-    with pytest.raises(ValueError, match=r"\[L, B, h, T, T\]"):
+    with pytest.raises(ValueError, match=r"\[num_layers, B, h, T, T\]"):
         vit.attention_rollout(torch.rand(2, 3, 17, 17))

@@ -19,7 +19,7 @@ TITLE = "Multi-head attention from single-head attention"
 
 @test("q1", points=1)
 def split_heads_has_the_right_shape(split_heads):
-    """(batch, n, E) becomes (batch, h, n, E / h)"""
+    """(batch, n, D) becomes (batch, h, n, D / h)"""
     x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(1))
     expect_tensor("split", split_heads(x, 3), shape=(2, 3, 5, 4))
 
@@ -56,7 +56,7 @@ def _run(multi_head_attention, mha: nn.MultiheadAttention, x: torch.Tensor):
 
 @test("q2", points=1)
 def output_has_the_input_shape(multi_head_attention):
-    """returns (batch, n, E)"""
+    """returns (batch, n, D)"""
     mha = _mha(8, 2, seed=10)
     x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(11))
     expect_tensor("output", _run(multi_head_attention, mha, x), shape=(2, 3, 8))
@@ -71,4 +71,4 @@ def matches_torch_multihead_attention(multi_head_attention):
         with torch.no_grad():
             expected, _ = mha(x, x, x, need_weights=False)
         got = _run(multi_head_attention, mha, x)
-        expect_close("output", got, expected, context=f"E = {embed}, h = {heads}")
+        expect_close("output", got, expected, context=f"D = {embed}, h = {heads}")
