@@ -33,7 +33,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-__all__ = ["make_model", "make_data", "train_single", "run_ddp", "free_port"]
+__all__ = [
+    "make_model",
+    "make_data",
+    "train_single",
+    "run_ddp",
+]
 
 LR = 0.05
 

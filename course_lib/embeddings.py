@@ -42,7 +42,7 @@ __all__ = [
 
 def _check(where: str, table: Tensor, ids: Tensor) -> None:
     # "d", not "D": tests/test_tokenization.py matches this message (to switch with it)
-    expect_shape(where, "table", table, [("V", None), ("d", None)])
+    expect_shape(where, "table", table, [("V", None), ("D", None)])
     if ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{where}: ids must be int64 or int32 (use ids.long()), got dtype {ids.dtype}"

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib import sparse
-from course_lib.attention import masked_softmax
+from course_lib.masks import masked_softmax
 from course_lib.shapes import expect_shape
 
 __all__ = [

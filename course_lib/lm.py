@@ -32,7 +32,7 @@ from course_lib.positional import (
     position_hook,
     sinusoidal_table,
 )
-from course_lib.shapes import expect_shape, fmt_shape
+from course_lib.shapes import expect_positive, expect_shape, fmt_shape
 from course_lib.training import train
 from course_lib.transformer import Encoder
 
@@ -129,12 +129,6 @@ def train_lm(
     return train(model, make_batch, lm_loss, steps, lr, progress=progress, desc=desc, **kwargs)
 
 
-def _positive(where: str, **sizes: int) -> None:
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
-
-
 @torch.no_grad()
 def evaluate_lm(
     model: nn.Module,
@@ -155,7 +149,7 @@ def evaluate_lm(
     has no position ``length - 1`` (a learned table shorter than ``length``).
     Deterministic: no sampling.
     """
-    _positive("evaluate_lm", length=length, num_chars=num_chars, batch_size=batch_size)
+    expect_positive("evaluate_lm", length=length, num_chars=num_chars, batch_size=batch_size)
     if num_chars % length:
         raise ValueError(
             f"evaluate_lm: num_chars ({num_chars}) must be a multiple of length ({length})"
@@ -214,7 +208,7 @@ class PositionalLM(nn.Module):
             raise ValueError(
                 f"PositionalLM: method must be one of {POSITION_METHODS}, got {method!r}"
             )
-        _positive("PositionalLM", vocab_size=vocab_size, d_model=d_model, max_len=max_len)
+        expect_positive("PositionalLM", vocab_size=vocab_size, d_model=d_model, max_len=max_len)
         if d_model % num_heads:
             raise ValueError(
                 f"PositionalLM: d_model ({d_model}) must be a multiple of num_heads ({num_heads})"

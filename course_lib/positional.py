@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.masks import to_additive_mask
-from course_lib.shapes import fmt_shape
+from course_lib.shapes import expect_positive, fmt_shape
 
 __all__ = [
     # Chapter 7: absolute positions
@@ -64,7 +64,6 @@ __all__ = [
     "alibi_bias",
     "rope_cos_sin",
     "rotate_half",
-    "rotate_interleaved",
     "apply_rope",
     "rope_permutation",
     # Chapter 8: the methods as hooks of MultiHeadAttention
@@ -78,14 +77,8 @@ __all__ = [
 ]
 
 
-def _positive(where: str, **sizes: int) -> None:
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
-
-
 def _even(where: str, name: str, value: int) -> None:
-    _positive(where, **{name: value})
+    expect_positive(where, **{name: value})
     if value % 2:
         raise ValueError(
             f"{where}: {name} must be even (coordinates are used in pairs (2i, 2i+1)), got {value}"
@@ -134,7 +127,7 @@ def sinusoidal_table(
     (sine and cosine share one frequency), not a single coordinate.  The angles
     are computed in float64, so far positions keep their precision.
     """
-    _positive("sinusoidal_table", num_positions=num_positions)
+    expect_positive("sinusoidal_table", num_positions=num_positions)
     _frequency_args("sinusoidal_table", dim, base)
     omega = sinusoidal_frequencies(dim, base)  #                               [d/2]
     p = torch.arange(num_positions, dtype=torch.float64)  #                    [T]
@@ -182,7 +175,7 @@ class LearnedPositions(nn.Module):
 
     def __init__(self, max_len: int, dim: int, init_std: float = 0.02) -> None:
         super().__init__()
-        _positive("LearnedPositions", max_len=max_len, dim=dim)
+        expect_positive("LearnedPositions", max_len=max_len, dim=dim)
         self.max_len, self.dim = max_len, dim
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)  # P  [max_len, d]
 
@@ -219,7 +212,7 @@ def relative_positions(
     keys in the past, positive ones keys in the future (masked in a causal model).
     """
     k_len = q_len if k_len is None else k_len
-    _positive("relative_positions", q_len=q_len, k_len=k_len)
+    expect_positive("relative_positions", q_len=q_len, k_len=k_len)
     if q_len > k_len:
         raise ValueError(f"relative_positions: q_len ({q_len}) must be <= k_len ({k_len})")
     i = torch.arange(k_len - q_len, k_len, device=device)  # query positions   [T]
@@ -344,7 +337,9 @@ def t5_relative_position_bucket(
     Returns int64, same shape as ``relative_position``.  The logarithm is taken
     in float32, as in T5's reference implementation.
     """
-    _positive("t5_relative_position_bucket", num_buckets=num_buckets, max_distance=max_distance)
+    expect_positive(
+        "t5_relative_position_bucket", num_buckets=num_buckets, max_distance=max_distance
+    )
     rel = relative_position.long()
     if bidirectional:
         if num_buckets % 2:
@@ -400,7 +395,7 @@ def alibi_slopes(num_heads: int) -> Tensor:
     odd-indexed slopes ``2^(-8h/(2c))``, ``h = 1, 3, 5, ...``, of the sequence for
     ``2c`` heads, until there are ``n``.  float32 ``[num_heads]``, all in (0, 1).
     """
-    _positive("alibi_slopes", num_heads=num_heads)
+    expect_positive("alibi_slopes", num_heads=num_heads)
 
     def geometric(n: int) -> list[float]:  # 2^(-8h/n), h = 1..n
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
@@ -552,7 +547,7 @@ class ShawPositions(PositionHook):
 
     def __init__(self, head_dim: int, max_distance: int = 16, init_std: float = 0.02) -> None:
         super().__init__()
-        _positive("ShawPositions", head_dim=head_dim)
+        expect_positive("ShawPositions", head_dim=head_dim)
         rows = 2 * max_distance + 1
         self.rel_k = nn.Parameter(torch.randn(rows, head_dim) * init_std)  # a^K  [2K+1, d]
         self.rel_v = nn.Parameter(torch.randn(rows, head_dim) * init_std)  # a^V  [2K+1, d]
@@ -569,7 +564,7 @@ class T5Bias(PositionHook):
 
     def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__()
-        _positive("T5Bias", num_heads=num_heads, num_buckets=num_buckets)
+        expect_positive("T5Bias", num_heads=num_heads, num_buckets=num_buckets)
         self.table = nn.Parameter(torch.zeros(num_buckets, num_heads))  #   [buckets, h]
         self.max_distance = max_distance
 

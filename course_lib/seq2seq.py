@@ -51,7 +51,6 @@ __all__ = [
     "BahdanauSeq2Seq",
     "LuongSeq2Seq",
     "seq2seq_loss",
-    "token_accuracy",
     "sequence_accuracy",
     "evaluate",
 ]

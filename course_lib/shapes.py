@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["fmt_shape", "expect_shape"]
+__all__ = ["fmt_shape", "expect_shape", "expect_positive"]
 
 
 def fmt_shape(shape: torch.Size | tuple[int, ...] | list[int]) -> str:
@@ -38,3 +38,10 @@ def expect_shape(where: str, name: str, t: Tensor, dims: list[tuple[str, int | N
     if not matches:
         expected = ", ".join(label if size is None else f"{label}={size}" for label, size in dims)
         raise ValueError(f"{where}: {name} must be [{expected}], got {fmt_shape(t.shape)}")
+
+
+def expect_positive(where: str, **sizes: int) -> None:
+    """Raise ValueError unless every keyword is a positive int (a size, a count)."""
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")

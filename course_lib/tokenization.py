@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 __all__ = [
-    "WORD_PATTERN",
     "pre_tokenize",
     "word_counts",
     "merge_pair",

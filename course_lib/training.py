@@ -63,8 +63,6 @@ __all__ = [
     "label_smoothing_cross_entropy",
     "clip_grad_norm",
     "drop_path",
-    "rng_state",
-    "set_rng_state",
 ]
 
 

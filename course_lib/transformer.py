@@ -19,7 +19,7 @@ module ``ff`` and the decoder's cross-attention is called ``cross_attn`` (torch:
 ``EncoderBlock.from_torch`` / ``DecoderBlock.from_torch`` build a block equal to
 a torch layer.
 
-Masks follow the library's convention (:mod:`course_lib.attention`): boolean
+Masks follow the library's convention (:mod:`course_lib.masks`): boolean
 True = may attend; padding masks are True at real tokens.
 """
 
@@ -490,11 +490,13 @@ class EncoderOnly(nn.Module):
         return self.head(self.blocks(self.embed(tokens), key_padding_mask=key_padding_mask))
 
 
-class DecoderOnly(nn.Module):
+class DecoderOnly(EncoderOnly):
     """The decoder-only family (GPT-like), Chapter 4: the same blocks, Chapter 3's causal mask (3.4).
 
     No cross-attention: a decoder-only block is an :class:`EncoderBlock` run with
-    ``is_causal=True``.  ``forward(tokens [B, T]) -> next-token logits [B, T, V]``.
+    ``is_causal=True``, so this is :class:`EncoderOnly` with one output per
+    vocabulary entry, run causally.  ``forward(tokens [B, T]) -> next-token
+    logits [B, T, V]``.
     """
 
     def __init__(
@@ -510,18 +512,10 @@ class DecoderOnly(nn.Module):
         norm_first: bool = True,
         activation: str = "relu",
     ) -> None:
-        super().__init__()
-        self.embed = _Embed(vocab_size, d_model, max_len)
-        self.blocks = Encoder(
-            num_layers,
-            d_model,
-            num_heads,
-            d_ff,
-            dropout,
-            norm_first=norm_first,
-            activation=activation,
+        kw = dict(max_len=max_len, norm_first=norm_first, activation=activation)
+        super().__init__(
+            vocab_size, vocab_size, d_model, num_heads, num_layers, d_ff, dropout, **kw
         )
-        self.head = nn.Linear(d_model, vocab_size)
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.head(self.blocks(self.embed(tokens), is_causal=True))

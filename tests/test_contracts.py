@@ -428,6 +428,18 @@ TEST_ONLY = {
     "load_hf_bert": "copies Hugging Face BERT weights in, to cross-check the blocks in tests",
     "load_gpt2_weights": "copies Hugging Face GPT-2 weights in, to cross-check the blocks in tests",
     "from_torch_state_dict": "loads torch.nn.Transformer weights, to cross-check it in tests",
+    "cooccurrence_matrix": "the first step of ppmi_svd_embeddings, tested against its definition",
+    "ppmi": "the second step of ppmi_svd_embeddings, tested against its formula",
+    "GCNLayer": "the layer of gat.GCN, cross-checked against PyG's GCNConv",
+    "FitResult": "the type fit_node_classifier returns (its fields are read in Chapter 14)",
+    "PaperEarlyStopping": "the callback fit_node_classifier trains with; tested on its own",
+    "from_torch_mask": "the inverse of masks.to_torch_mask; the round trip is tested",
+    "T5Bias": "the hook position_hook('t5') builds; tested against positional.t5_bias",
+    "notebook_seed": "the seed setup_notebook chose (COURSE_SEED); tested with the sweep",
+    "Seq2SeqBatch": "the type seq2seq.make_batch returns",
+    "run_notebook": "runs one notebook for the sweep's command line; tested",
+    "summarize_results": "the sweep's summary for the status page; tested",
+    "BPETokenizer": "the type tokenization.train_bpe returns; tested against HF tokenizers",
 }
 
 

@@ -282,6 +282,7 @@ def test_fit_node_classifier_learns():
     res = gat_training.fit_node_classifier(
         gat.GAT(2, 2, hidden=4, heads=2), x, edges, y, masks, lr=0.05, max_epochs=50, progress=False
     )
+    assert isinstance(res, gat_training.FitResult)
     assert res.test_acc == 1.0 and 1 <= res.epochs <= 50
 
 

@@ -12,6 +12,7 @@ from course_lib.seq2seq import (
     BahdanauSeq2Seq,
     LuongSeq2Seq,
     Seq2Seq,
+    Seq2SeqBatch,
     evaluate,
     make_batch,
     seq2seq_loss,
@@ -37,6 +38,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_batch_shapes_and_contents(task):
     b = make_batch(32, 6, 5, task=task, generator=_gen(0))
+    assert isinstance(b, Seq2SeqBatch)
     for t in (b.src, b.tgt, b.tgt_in):
         assert t.shape == (32, 6) and t.dtype == torch.long
     assert b.bos == 5

@@ -191,7 +191,7 @@ def test_lookup_gradient_touches_only_used_rows():
 def test_lookup_errors():
     with pytest.raises(ValueError, match=r"ids must lie in 0..5"):
         E.embedding_lookup(torch.zeros(6, 3), torch.tensor([6]))
-    with pytest.raises(ValueError, match=r"table must be \[V, d\]"):
+    with pytest.raises(ValueError, match=r"table must be \[V, D\]"):
         E.one_hot_embedding(torch.zeros(6), torch.tensor([1]))
 
 
