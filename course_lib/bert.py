@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from course_lib.shapes import expect_shape
 from course_lib.transformer import EncoderBlock
 
 __all__ = [
@@ -137,8 +138,7 @@ class BertEncoder(nn.Module):
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         """(12.2) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
-        if input_ids.dim() != 2:
-            raise ValueError(f"BertEncoder: input_ids must be [B, T], got {list(input_ids.shape)}")
+        expect_shape("BertEncoder", "input_ids", input_ids, [("B", None), ("T", None)])
         t = input_ids.shape[1]
         if t > self.cfg.max_position_embeddings:
             raise ValueError(

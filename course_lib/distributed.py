@@ -36,7 +36,9 @@ from torch import Tensor, nn
 __all__ = [
     "make_model",
     "make_data",
+    "sgd_steps",
     "train_single",
+    "ddp_worker",
     "run_ddp",
 ]
 
@@ -57,7 +59,8 @@ def make_data(seed: int = 0, n: int = 64) -> tuple[Tensor, Tensor]:
     return x, y
 
 
-def _steps(model: nn.Module, x: Tensor, y: Tensor, steps: int) -> None:
+def sgd_steps(model: nn.Module, x: Tensor, y: Tensor, steps: int) -> None:
+    """``steps`` full-batch SGD updates (momentum 0.9) of the squared error on ``(x, y)``."""
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     for _ in range(steps):
         loss = nn.functional.mse_loss(model(x), y)  # mean over this process's examples
@@ -70,11 +73,12 @@ def train_single(steps: int = 20, seed: int = 0, n: int = 64) -> dict[str, Tenso
     """One process, the full batch: the reference weights."""
     model = make_model(seed)
     x, y = make_data(seed, n)
-    _steps(model, x, y, steps)
+    sgd_steps(model, x, y, steps)
     return model.state_dict()
 
 
-def _worker(rank: int, world: int, port: int, steps: int, seed: int, n: int, out: str) -> None:
+def ddp_worker(rank: int, world: int, port: int, steps: int, seed: int, n: int, out: str) -> None:
+    """One of ``world`` processes: the same model, its own shard of the batch, gradients averaged."""
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -83,7 +87,7 @@ def _worker(rank: int, world: int, port: int, steps: int, seed: int, n: int, out
         ddp = nn.parallel.DistributedDataParallel(model)
         x, y = make_data(seed, n)
         shard = slice(rank * n // world, (rank + 1) * n // world)  # this rank's 1/W of the batch
-        _steps(ddp, x[shard], y[shard], steps)
+        sgd_steps(ddp, x[shard], y[shard], steps)
         if rank == 0:
             torch.save(model.state_dict(), out)
     finally:
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--out", required=True)
     a = parser.parse_args(argv)
-    _worker(a.rank, a.world_size, a.port, a.steps, a.seed, a.n, a.out)
+    ddp_worker(a.rank, a.world_size, a.port, a.steps, a.seed, a.n, a.out)
 
 
 if __name__ == "__main__":

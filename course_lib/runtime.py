@@ -122,9 +122,8 @@ def setup_notebook(seed: int = 0, *, quiet: bool = False) -> torch.device:
     ``derived_seed`` and ``generator`` of the notebook follows it.
 
     On the CPU it also sets PyTorch to one thread (``COURSE_NUM_THREADS``
-    overrides): the course's models are small, and on a 2-core machine with
-    any other load, two threads per operation made training steps 6 to 30
-    times slower than one (measured while building the course).
+    overrides): the course's models are small, and for small operations the
+    cost of sharing work between threads outweighs the gain.
 
     With ``COURSE_REQUIRE_GPU=1`` (set by the GPU workflow) it raises instead
     of falling back to the CPU.

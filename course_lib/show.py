@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from course_lib.shapes import fmt_shape
+
 __all__ = ["show_source", "html_table", "max_diff"]
 
 
@@ -58,5 +60,5 @@ def max_diff(a: Any, b: Any) -> float:
             raise ValueError("max_diff: a and b must both be tensors, or tuples of equal length")
         return max(max_diff(u, v) for u, v in zip(a, b, strict=True))
     if a.shape != b.shape:
-        raise ValueError(f"max_diff: shapes differ, {list(a.shape)} vs {list(b.shape)}")
+        raise ValueError(f"max_diff: shapes differ, {fmt_shape(a.shape)} vs {fmt_shape(b.shape)}")
     return (a - b).abs().max().item()

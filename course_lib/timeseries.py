@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from course_lib.shapes import expect_shape
 from course_lib.transformer import Decoder, Encoder
 
 if TYPE_CHECKING:
@@ -140,8 +141,7 @@ def patchify(x: Tensor, patch_len: int, stride: int, pad_end: bool = False) -> T
     ``pad_end`` the last value is repeated ``S`` times first, as PatchTST does,
     which adds one patch.  Steps after the last full patch are dropped.
     """
-    if x.dim() != 3:
-        raise ValueError(f"patchify: x must be [B, C, T_in], got {list(x.shape)}")
+    expect_shape("patchify", "x", x, [("B", None), ("C", None), ("T_in", None)])
     n = num_patches(x.shape[-1], patch_len, stride, pad_end)
     if pad_end:
         x = torch.cat([x, x[..., -1:].expand(*x.shape[:-1], stride)], dim=-1)
@@ -243,18 +243,13 @@ class PatchForecaster(nn.Module):
         self.head = nn.Linear(self.n_patches * d_model, horizon)  # W_h [T_out, N_p D]
 
     def forward(self, x: Tensor, exog: Tensor | None = None) -> Tensor:
-        if x.dim() != 3 or x.shape[1] != self.context:
-            raise ValueError(
-                f"PatchForecaster: x must be [B, T_in={self.context}, C], got {list(x.shape)}"
-            )
+        expect_shape("PatchForecaster", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
         b, length, c = x.shape
         if self.n_exog:
-            want = [b, self.context + self.horizon, self.n_exog]
-            if exog is None or list(exog.shape) != want:
-                got = None if exog is None else list(exog.shape)
-                raise ValueError(
-                    f"PatchForecaster: exog must be {want} (context + horizon), got {got}"
-                )
+            if exog is None:
+                raise ValueError("PatchForecaster: this model was built with n_exog > 0: pass exog")
+            dims = [("B", b), ("T_in + T_out", self.context + self.horizon), ("C_x", self.n_exog)]
+            expect_shape("PatchForecaster", "exog", exog, dims)
         elif exog is not None:
             raise ValueError("PatchForecaster: built with n_exog=0 but given exog")
         series = self.revin.normalize(x.transpose(1, 2))  # [B, C, T_in]

@@ -49,6 +49,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import trange
 
+from course_lib.shapes import fmt_shape
+
 __all__ = [
     "train",
     "Run",
@@ -168,7 +170,7 @@ def label_smoothing_cross_entropy(
     if logits.dim() < 2 or target.shape != logits.shape[:1] + logits.shape[2:]:
         raise ValueError(
             "label_smoothing_cross_entropy: logits must be [N, C, ...] and target [N, ...], got "
-            f"{list(logits.shape)} and {list(target.shape)}"
+            f"{fmt_shape(logits.shape)} and {fmt_shape(target.shape)}"
         )
     logp = F.log_softmax(logits.float(), dim=1)  # [N, C, ...]
     keep = target != ignore_index  # [N, ...]

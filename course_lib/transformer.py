@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention
+from course_lib.shapes import expect_shape, fmt_shape
 
 __all__ = [
     "FeedForward",
@@ -110,9 +111,7 @@ class FeedForward(nn.Module):
 
 
 def _check_input(where: str, name: str, x: Tensor, d_model: int) -> None:
-    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
-        shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{where}: {name} must be [B, T, D={d_model}], got {shape}")
+    expect_shape(where, name, x, [("B", None), ("T", None), ("D", d_model)])
 
 
 class EncoderBlock(nn.Module):
@@ -221,12 +220,9 @@ class DecoderBlock(nn.Module):
         tgt_is_causal: bool = False,
     ) -> Tensor:
         _check_input("DecoderBlock", "x", x, self.d_model)
-        _check_input("DecoderBlock", "memory", memory, self.d_model)
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"DecoderBlock: memory must be [B={x.shape[0]}, S, D={self.d_model}], "
-                f"got {list(memory.shape)}"
-            )
+        expect_shape(
+            "DecoderBlock", "memory", memory, [("B", x.shape[0]), ("S", None), ("D", self.d_model)]
+        )
 
         def self_attention(u: Tensor) -> Tensor:
             out, _ = self.self_attn(
@@ -379,7 +375,7 @@ class _Embed(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         if tokens.dim() != 2:
             raise ValueError(
-                f"tokens must be [B, T] integer ids, got {list(tokens.shape)} "
+                f"tokens must be [B, T] integer ids, got {fmt_shape(tokens.shape)} "
                 "(add a batch axis with tokens[None] for one sequence)"
             )
         if tokens.shape[1] > self.max_len:

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from course_lib.attention import record_attention
+from course_lib.shapes import fmt_shape
 from course_lib.transformer import EncoderBlock
 
 __all__ = ["patchify", "PatchEmbedding", "ViT", "attention_rollout", "cls_attention_map"]
@@ -41,7 +42,7 @@ def _check_images(where: str, images: Tensor, channels: int | None, patch_size: 
     """``images`` must be [B, C, height, width] (``C = channels`` unless None), height and width multiples of P."""
     ok = isinstance(images, Tensor) and images.dim() == 4
     if not ok or (channels is not None and images.shape[1] != channels):
-        shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        shape = fmt_shape(images.shape) if isinstance(images, Tensor) else type(images).__name__
         c = "C" if channels is None else f"C={channels}"
         raise ValueError(f"{where}: images must be [B, {c}, height, width], got {shape}")
     h, w = images.shape[-2:]
@@ -167,7 +168,7 @@ class ViT(nn.Module):
         if images.dim() != 4 or images.shape[-2:] != (self.image_size, self.image_size):
             raise ValueError(
                 f"ViT: images must be [B, C, {self.image_size}, {self.image_size}], "
-                f"got {list(images.shape)}"
+                f"got {fmt_shape(images.shape)}"
             )
         x = self.patch_embed(images)  # x_p E                                    [B, N_p, D]
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # [B, 1, D]
@@ -200,7 +201,7 @@ def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
     """
     if weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
         raise ValueError(
-            f"attention_rollout: weights must be [num_layers, B, h, T, T], got {list(weights.shape)}"
+            f"attention_rollout: weights must be [num_layers, B, h, T, T], got {fmt_shape(weights.shape)}"
         )
     if not 0.0 <= residual <= 1.0:
         raise ValueError(f"attention_rollout: residual must be in [0, 1], got {residual}")
@@ -224,7 +225,7 @@ def cls_attention_map(weights: Tensor, grid: int, *, rollout: bool = True) -> Te
     if weights.dim() != 5 or weights.shape[-1] != grid * grid + 1:
         raise ValueError(
             f"cls_attention_map: weights must be [num_layers, B, h, T={grid * grid + 1}, T], "
-            f"got {list(weights.shape)}"
+            f"got {fmt_shape(weights.shape)}"
         )
     rows = attention_rollout(weights)[:, 0] if rollout else weights[-1].mean(dim=1)[:, 0]
     patches = rows[:, 1:]  # drop the CLS column                           [B, N_p]

@@ -86,7 +86,7 @@ def test_forecaster_shapes_channel_independence_and_errors():
         model(torch.randn(3, 40, 1))
     exo = PatchForecaster(48, 12, patch_len=8, stride=4, d_model=16, num_heads=2, n_exog=3)
     assert exo(x, torch.randn(3, 60, 3)).shape == (3, 12, 4)
-    with pytest.raises(ValueError, match="context \\+ horizon"):
+    with pytest.raises(ValueError, match=r"exog must be \[B=3, T_in \+ T_out=60, C_x=3\]"):
         exo(x, torch.randn(3, 48, 3))
     with pytest.raises(ValueError, match="n_exog=0"):
         model(x, torch.randn(3, 60, 3))
