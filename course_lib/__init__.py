@@ -2,7 +2,31 @@
 
 Each module holds one idea of the course and cites the chapter and equations it
 implements.  Notebooks import from here and show the source with
-:func:`course_lib.show_source` instead of redefining it.
+:func:`course_lib.show_source` instead of redefining it.  In the book's order:
+
+=================  ==========================================================
+``rnn``            recurrent cells and layers (Ch. 1)
+``seq2seq``        the toy task; encoder-decoders without and with attention (Ch. 1-2)
+``masks``          the one mask convention, masks, masked softmax (Ch. 2-3)
+``attention``      alignment scores (Ch. 2); scaled dot-product and multi-head attention (Ch. 3)
+``transformer``    feed-forward, blocks, stacks, the three families (Ch. 4)
+``embeddings``     embedding lookup and static word vectors (Ch. 5)
+``tokenization``   byte-pair encoding (Ch. 5)
+``positional``     absolute (Ch. 7) and relative (Ch. 8) positions, as attention hooks
+``lm``             character language models: data, loss, training, evaluation (Ch. 8, 9, 11)
+``training``       the training loop (Ch. 1) and Chapter 9's callbacks and practices
+``distributed``    data-parallel training with two processes (Ch. 9)
+``timeseries``     temporal encodings, patching, a patch Transformer (Ch. 10)
+``gpt``            GPT, sampling, LoRA (Ch. 11)
+``bert``           BERT, masked language modelling (Ch. 12)
+``vit``            the Vision Transformer (Ch. 13)
+``gat``            graph convolution and graph attention layers (Ch. 14)
+``sparse``         sparse node features for the first graph layer (Ch. 14)
+``gat_training``   node classification with the GAT paper's early stopping (Ch. 14)
+``data``           offline data loaders;  ``shapes``, ``show``, ``runtime``, ``sweep``: tooling
+=================  ==========================================================
+
+Shape letters are those of ``book/notation.md``.
 
 The standard opening of every notebook is::
 

@@ -14,6 +14,12 @@
 * :class:`Classifier`: a linear layer on the pooled [CLS] vector.
 * :func:`encoder_parameters`: the parameter count of an encoder (or GPT-1-like
   decoder) from its configuration, and :func:`block_parameters`, one block's.
+
+Shapes follow ``book/notation.md`` (``B`` batch, ``T`` tokens, ``D`` width,
+``V`` vocabulary).  :class:`BertConfig`'s field names are Hugging Face's on
+purpose (``hidden_size`` is ``D``, ``num_attention_heads`` is ``h``,
+``intermediate_size`` is ``d_ff``), so a ``transformers.BertConfig`` reads the
+same and :func:`load_hf_bert` can copy its weights.
 """
 
 from __future__ import annotations

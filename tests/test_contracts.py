@@ -801,3 +801,14 @@ def test_the_chapter_checker_reports_a_citation_of_an_undeclared_chapter():
         8,
         9,
     }
+
+
+def test_the_package_docstring_maps_every_module():
+    """``course_lib/__init__.py`` lists every module in the book's order, so a student
+    sees the whole library on one page (``help(course_lib)``); a new module must be added."""
+    import course_lib
+
+    doc = course_lib.__doc__ or ""
+    modules = sorted(p.stem for p in LIB.glob("*.py") if not p.stem.startswith("_"))
+    missing = [m for m in modules if f"``{m}``" not in doc]
+    assert not missing, f"add to the module map in course_lib/__init__.py: {missing}"
