@@ -169,7 +169,7 @@ class GCNLayer(nn.Module):
         _check_x("GCNLayer", x, self.in_features)
         num_nodes = x.shape[0]
         src, dst = add_self_loops(edge_index, num_nodes)
-        degree = torch.zeros(num_nodes, device=x.device).index_add_(
+        degree = torch.zeros(num_nodes, dtype=x.dtype, device=x.device).index_add_(
             0, dst, torch.ones_like(dst, dtype=x.dtype)
         )
         degree_inv_sqrt = degree.rsqrt()

@@ -26,6 +26,7 @@ True = may attend; padding masks are True at real tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +47,12 @@ __all__ = [
     "from_torch_state_dict",
 ]
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+#: The feed-forward non-linearities; "gelu_tanh" is GELU's tanh approximation (GPT-2's).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+}
 
 # torch.nn.Transformer*Layer name -> ours
 _TORCH_RENAMES = {
@@ -76,12 +82,18 @@ def from_torch_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def _activation_name(layer: nn.Module) -> str:
+    """The name in :data:`ACTIVATIONS` of a torch layer's activation, exactly (or an error)."""
     act = layer.activation
     if act is F.relu or isinstance(act, nn.ReLU):
         return "relu"
-    if act is F.gelu or isinstance(act, nn.GELU):
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
         return "gelu"
-    raise ValueError(f"from_torch: unsupported activation {act!r}; use 'relu' or 'gelu'")
+    if isinstance(act, nn.GELU) and act.approximate == "tanh":
+        return "gelu_tanh"
+    raise ValueError(
+        f"from_torch: unsupported activation {act!r}; build the torch layer with "
+        "activation='relu', 'gelu', nn.ReLU(), nn.GELU() or nn.GELU(approximate='tanh')"
+    )
 
 
 class FeedForward(nn.Module):
@@ -257,6 +269,7 @@ def _block_from_torch(cls: type[nn.Module], layer: nn.Module) -> nn.Module:
             f"{cls.__name__}.from_torch: the torch layer must use batch_first=True "
             "(build it with batch_first=True; the course's tensors are [B, T, D])"
         )
+    weight = layer.linear1.weight  # the layer's dtype and device, kept by the block
     block = cls(
         layer.self_attn.embed_dim,
         layer.self_attn.num_heads,
@@ -266,6 +279,7 @@ def _block_from_torch(cls: type[nn.Module], layer: nn.Module) -> nn.Module:
         activation=_activation_name(layer),
         eps=layer.norm1.eps,
     )
+    block.to(device=weight.device, dtype=weight.dtype)  # before loading: no rounding
     block.load_state_dict(from_torch_state_dict(layer.state_dict()))
     return block
 

@@ -388,3 +388,17 @@ def test_fit_seeds_explains_a_missing_main_guard(tmp_path):
     )
     assert run.returncode != 0
     assert "call fit_seeds under `if __name__ == '__main__':`" in run.stderr
+
+
+def test_gcn_layer_runs_in_float64():
+    """The degree vector follows the input's dtype (it was always float32, so float64 crashed)."""
+    torch.manual_seed(0)
+    layer = gat.GCNLayer(3, 2).double()
+    edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    x = torch.randn(4, 3, dtype=torch.float64)
+    out = layer(x, edges)
+    assert out.dtype == torch.float64
+    ref = GCNConv(3, 2).double()
+    ref.lin.weight.data.copy_(layer.lin.weight)
+    ref.bias.data.copy_(layer.bias)
+    assert (out - ref(x, edges)).abs().max() < 1e-12

@@ -56,7 +56,9 @@ def test_feed_forward_is_its_equation():
         F.gelu(u @ ff.linear1.weight.T + ff.linear1.bias) @ ff.linear2.weight.T + ff.linear2.bias
     )
     assert _close(ff(u), expected)
-    with pytest.raises(ValueError, match=r"activation must be one of \('relu', 'gelu'\)"):
+    with pytest.raises(
+        ValueError, match=r"activation must be one of \('relu', 'gelu', 'gelu_tanh'\)"
+    ):
         FeedForward(D, FF, activation="tanh")
 
 
@@ -250,3 +252,29 @@ def test_encoder_decoder_learns_to_reverse():
         model, make_batch(300, 5, 5, task="reverse", generator=torch.Generator().manual_seed(9))
     )
     assert tok > 0.9, tok
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", nn.GELU(), nn.GELU(approximate="tanh")])
+def test_from_torch_keeps_dtype_and_activation_exactly(kind, activation):
+    """A float64 torch layer gives a float64 block equal to it to rounding, whatever the
+    activation (tanh-approximated GELU included); before the fix the block came back in
+    float32 and tanh-GELU became exact GELU."""
+    torch.manual_seed(0)
+    layer_cls = nn.TransformerEncoderLayer if kind == "encoder" else nn.TransformerDecoderLayer
+    block_cls = EncoderBlock if kind == "encoder" else DecoderBlock
+    layer = layer_cls(8, 2, 16, dropout=0.0, batch_first=True, activation=activation)
+    layer = layer.double().eval()
+    block = block_cls.from_torch(layer).eval()
+    assert all(p.dtype == torch.float64 for p in block.parameters())
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    args = (x,) if kind == "encoder" else (x, torch.randn(2, 4, 8, dtype=torch.float64))
+    # With gradients on, torch runs the layer's own Python path.  (Under no_grad its fused
+    # "fast path" computes exact GELU even for nn.GELU(approximate="tanh").)
+    assert (block(*args) - layer(*args)).abs().max() < 1e-12
+
+
+def test_from_torch_refuses_an_activation_it_cannot_reproduce():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, activation=nn.SiLU())
+    with pytest.raises(ValueError, match="unsupported activation SiLU"):
+        EncoderBlock.from_torch(layer)
