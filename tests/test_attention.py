@@ -10,6 +10,8 @@ convention, a missing scale) is *caught*, so the comparisons can fail.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -350,6 +352,25 @@ def test_mha_heads_are_single_head_attention_in_parallel_subspaces():
     assert _close(ours(x)[0], expected)
 
 
+def test_mha_dropout_acts_in_train_only():
+    """Built with dropout=0.5, in eval() the module gives the same output twice and equals
+    the dropout-0 module with the same weights; in train() its calls differ."""
+    plain, _ = _mha_pair()
+    dropped = MultiHeadAttention(16, 4, dropout=0.5)
+    dropped.load_state_dict(plain.state_dict())
+    dropped.eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        first, weights = dropped(x, need_weights=True)
+        second, _ = dropped(x)
+        assert torch.equal(first, second)
+        assert _close(first, plain(x)[0])
+        assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 5))  # none dropped
+        dropped.train()
+        third, fourth = dropped(x)[0], dropped(x)[0]
+    assert not _close(third, fourth) and not _close(third, first)
+
+
 def test_mha_errors_name_the_expected_shapes():
     ours, _ = _mha_pair()
     x = torch.randn(2, 5, 16)
@@ -427,14 +448,50 @@ def test_attend_gives_a_convex_combination_of_the_values():
         attend(scores, values[:, :4])
 
 
+def _luong_score_by_hand(att: LuongAttention, s_i: torch.Tensor, h_j: torch.Tensor) -> float:
+    """One score of eqs. (2.5)-(2.7) for one pair, as explicit sums over the coordinates."""
+    s_i, h_j = s_i.tolist(), h_j.tolist()
+    if att.kind == "dot":  # (2.5)  sum_a s_ia h_ja
+        return sum(a * b for a, b in zip(s_i, h_j, strict=True))
+    w = att.weight.tolist()
+    if att.kind == "general":  # (2.6)  sum_a sum_b s_ia W_ab h_jb
+        return sum(s_i[a] * w[a][b] * h_j[b] for a in range(len(s_i)) for b in range(len(h_j)))
+    pair = s_i + h_j  # (2.7)  sum_r v_r tanh(sum_c W_rc [s_i; h_j]_c)
+    v = att.v.tolist()
+    return sum(
+        v[r] * math.tanh(sum(wc * pc for wc, pc in zip(w[r], pair, strict=True)))
+        for r in range(len(v))
+    )
+
+
 @pytest.mark.parametrize("kind", ["dot", "general", "concat"])
 def test_luong_attention_modules(kind):
-    att = LuongAttention(8, 8, kind)
-    q, k = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
-    c, w = att(q, k)
-    assert c.shape == (2, 3, 8) and w.shape == (2, 3, 5)
+    """Scores, weights and context against a hand computation, pair by pair."""
+    q_size = 8 if kind == "dot" else 5  # general and concat take queries of another width
+    att = LuongAttention(q_size, 8, kind)
     n_params = sum(p.numel() for p in att.parameters())
-    assert n_params == {"dot": 0, "general": 64, "concat": 8 * 16 + 8}[kind]
+    assert n_params == {"dot": 0, "general": 5 * 8, "concat": 8 * (5 + 8) + 8}[kind]
+    q, k, v = torch.randn(2, 3, q_size), torch.randn(2, 4, 8), torch.randn(2, 4, 6)
+    mask = torch.ones(2, 3, 4, dtype=torch.bool)
+    mask[1, 2, 1:] = False  # one query of the second sequence may see key 0 only
+    with torch.no_grad():
+        scores = att.score(q, k)
+        c, w = att(q, k, v, mask)
+    assert c.shape == (2, 3, 6) and w.shape == (2, 3, 4)
+    for b in range(2):
+        for i in range(3):
+            e = [_luong_score_by_hand(att, q[b, i], k[b, j]) for j in range(4)]
+            for j in range(4):
+                assert abs(scores[b, i, j].item() - e[j]) < ATOL, (b, i, j)
+            allowed = [j for j in range(4) if mask[b, i, j]]
+            top = max(e[j] for j in allowed)
+            total = sum(math.exp(e[j] - top) for j in allowed)
+            # (2.2) softmax over the allowed keys, zero elsewhere
+            alpha = [math.exp(e[j] - top) / total if j in allowed else 0.0 for j in range(4)]
+            for j in range(4):
+                assert abs(w[b, i, j].item() - alpha[j]) < ATOL, (b, i, j)
+            context = sum(alpha[j] * v[b, j] for j in range(4))  # (2.3) sum_j alpha_ij h_j
+            assert _close(c[b, i], context)
 
 
 def test_luong_and_additive_attention_reject_bad_configurations():

@@ -62,9 +62,6 @@ def test_mlm_head_is_tied_and_matches():
     torch.manual_seed(0)
     hf = transformers.BertForMaskedLM(hf_config(SMALL)).eval()
     ours = bert.MaskedLM(SMALL).eval()
-    assert ours.encoder.tok.weight.data_ptr() not in {
-        p.data_ptr() for n, p in ours.named_parameters() if n != "encoder.tok.weight"
-    }
     bert.load_hf_bert(
         ours.encoder,
         {k: v for k, v in hf.state_dict().items() if "cls." not in k}
@@ -85,6 +82,16 @@ def test_mlm_head_is_tied_and_matches():
     # tied: the read-out has no matrix of its own
     n_head = sum(p.numel() for n, p in ours.named_parameters() if not n.startswith("encoder."))
     assert n_head == 32 * 32 + 32 + 2 * 32 + 60
+    vocab_by_width = [n for n, p in ours.named_parameters() if p.shape == (60, 32)]
+    assert vocab_by_width == ["encoder.tok.weight"]  # a copy would be a second [V, D] matrix
+    # ... and the head reads the embedding's Parameter itself, E in (12.3): autograd finds
+    # it in the head's graph (it raises for a tensor the graph does not use, such as a
+    # copy), and d sum(E g + b) / dE puts sum_t g_t in every row
+    h = torch.randn(2, 3, 32)
+    (grad,) = torch.autograd.grad(ours.head(h).sum(), ours.encoder.tok.weight)
+    with torch.no_grad():
+        g = ours.norm(torch.nn.functional.gelu(ours.transform(h)))
+    assert torch.allclose(grad, g.sum((0, 1)).expand(60, 32), atol=1e-5)
 
 
 def test_masking_statistics():

@@ -51,11 +51,10 @@ def pair():
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    hf = ViTModel(config, add_pooling_layer=False).eval()
-    with torch.no_grad():  # random, not zero, CLS token and position embeddings
-        for name, param in hf.named_parameters():
-            if "embeddings" in name or "layernorm" in name:
-                param.add_(0.5 * torch.randn_like(param))
+    hf = ViTModel(config, add_pooling_layer=False).double().eval()
+    with torch.no_grad():  # every weight random and large (no zero CLS token, bias or unit
+        for param in hf.parameters():  # norm gain), so that every part of a block shows
+            param.normal_(std=0.5)
     model = vit.ViT(
         IMG,
         P,
@@ -65,30 +64,36 @@ def pair():
         num_heads=HEADS,
         d_ff=FF,
         eps=config.layer_norm_eps,
-    ).eval()
+    )
+    model = model.double().eval()
     copy_from_hf(model, hf)
     return model, hf
 
 
 def test_matches_hugging_face(pair):
+    """In float64 to 1e-10: a different non-linearity (tanh-approximated GELU differs from
+    GELU by up to about 5e-4) or a misplaced layer norm is far outside that tolerance."""
     model, hf = pair
-    images = torch.rand(3, 1, IMG, IMG)
+    hf.config._attn_implementation = "sdpa"  # float64 throughout (eager: float32 softmax)
+    images = torch.rand(3, 1, IMG, IMG, dtype=torch.float64)
     with torch.no_grad():
         ref = hf(pixel_values=images).last_hidden_state
         ours = model.features(images)
-    assert ours.shape == (3, (IMG // P) ** 2 + 1, D)
-    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    assert ours.shape == (3, (IMG // P) ** 2 + 1, D) and ours.dtype == torch.float64
+    torch.testing.assert_close(ours, ref, atol=1e-10, rtol=0)
 
 
 def test_attention_weights_match_hugging_face(pair):
     model, hf = pair
     hf.config._attn_implementation = "eager"  # the eager path returns the weights
-    images = torch.rand(2, 1, IMG, IMG)
+    images = torch.rand(2, 1, IMG, IMG, dtype=torch.float64)
     with torch.no_grad():
         ref = torch.stack(hf(pixel_values=images, output_attentions=True).attentions)
+    hf.config._attn_implementation = "sdpa"
     ours = model.attention_weights(images)
     assert ours.shape == (LAYERS, 2, HEADS, 17, 17)
-    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    # Hugging Face's eager path takes the softmax in float32, even for a float64 model
+    torch.testing.assert_close(ours, ref, atol=1e-6, rtol=0)
 
 
 def test_patch_embedding_conv_equals_linear():
@@ -110,15 +115,15 @@ def test_patchify_order():
 
 def test_rollout_and_maps(pair):
     model, _ = pair
-    weights = model.attention_weights(torch.rand(2, 1, IMG, IMG))
+    weights = model.attention_weights(torch.rand(2, 1, IMG, IMG, dtype=torch.float64))
     rollout = vit.attention_rollout(weights)
-    torch.testing.assert_close(rollout.sum(-1), torch.ones(2, 17))
+    torch.testing.assert_close(rollout.sum(-1), torch.ones(2, 17, dtype=torch.float64))
     # one layer, no residual: rollout is that layer's head average
     one = vit.attention_rollout(weights[:1], residual=0.0)
     torch.testing.assert_close(one, weights[0].mean(1))
     maps = vit.cls_attention_map(weights, IMG // P)
     assert maps.shape == (2, 4, 4)
-    torch.testing.assert_close(maps.sum((-1, -2)), torch.ones(2))
+    torch.testing.assert_close(maps.sum((-1, -2)), torch.ones(2, dtype=torch.float64))
     last = vit.cls_attention_map(weights, IMG // P, rollout=False)
     expected = weights[-1].mean(1)[:, 0, 1:]
     torch.testing.assert_close(last.flatten(1), expected / expected.sum(-1, keepdim=True))

@@ -1,0 +1,426 @@
+"""One contract for every ``nn.Module`` class that ``course_lib`` exports (issue 19).
+
+Every class listed in the ``__all__`` of a ``course_lib`` module (``course_lib.grading``
+excepted) that subclasses ``nn.Module`` has an entry in :data:`BUILD`: a small instance
+and example inputs.  For each, in float32 and float64, on the CPU and on CUDA when
+there is one:
+
+* ``.to(device, dtype)`` moves every parameter and buffer, and the module holds no
+  tensor outside them (a plain tensor attribute would be left behind by ``.to()``);
+* the floating outputs have the module's dtype and device;
+* in ``eval()`` the same input gives the same output twice, and that output is the
+  one of the module in ``train()`` with every dropout rate set to zero: dropout is
+  off in eval.  Modules are built with ``dropout=0.5`` wherever a dropout rate can
+  be set, so dropout left on in eval cannot hide;
+* in ``train()`` two calls differ, for every module that has dropout;
+* float64 agrees with float32 (same weights) to float32 rounding.
+
+:func:`test_every_exported_module_class_has_a_build_entry` fails when a new class is
+exported without an entry, so a new module is held to the same contract.
+
+Also here: ``EncoderBlock.from_torch`` / ``DecoderBlock.from_torch`` keep the torch
+layer's dtype and its activation (tanh-approximated GELU reproduced exactly or
+refused, never silently replaced), and ``gat.GCNLayer`` runs in float64.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import course_lib
+from course_lib import attention, bert, gat, gpt, lm, positional, rnn, seq2seq, timeseries, vit
+from course_lib import transformer as tf
+
+pytestmark = pytest.mark.usefixtures("seed_and_one_thread")
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = [torch.float32, torch.float64]
+P = 0.5  # the dropout rate of every module that takes one
+D, HEADS, FF = 8, 2, 16  # model width, heads (head width 4), feed-forward width
+
+
+# ---------------------------------------------------------------------------
+# Every exported nn.Module class
+# ---------------------------------------------------------------------------
+
+
+def exported_module_classes() -> dict[str, type[nn.Module]]:
+    """``{name: class}`` of every nn.Module subclass in the ``__all__`` of a course_lib module."""
+    found: dict[str, type[nn.Module]] = {}
+    for info in pkgutil.iter_modules(course_lib.__path__):
+        if info.name == "grading" or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"course_lib.{info.name}")
+        for name in getattr(module, "__all__", []):
+            obj = getattr(module, name)
+            if inspect.isclass(obj) and issubclass(obj, nn.Module):
+                if name in found and found[name] is not obj:
+                    raise AssertionError(f"two exported classes are named {name}")
+                found[name] = obj
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Small instances and example inputs
+# ---------------------------------------------------------------------------
+
+
+def _ids(high: int, *shape: int) -> Tensor:
+    return torch.randint(high, shape)
+
+
+def _x(*shape: int) -> Tensor:
+    return torch.randn(*shape)
+
+
+BERT_CFG = bert.BertConfig(
+    vocab_size=20,
+    hidden_size=D,
+    num_hidden_layers=1,
+    num_attention_heads=HEADS,
+    intermediate_size=FF,
+    max_position_embeddings=12,
+    type_vocab_size=2,
+    dropout=P,
+)
+EDGES = torch.tensor([[0, 1, 2, 3, 4, 1], [1, 2, 3, 4, 0, 0]])  # 5 nodes, node 0 gets two
+
+
+def _graph() -> tuple[Tensor, Tensor]:
+    return _x(5, 3), EDGES.clone()
+
+
+def _with_hook(hook: nn.Module) -> tuple[nn.Module, tuple]:
+    """A position hook has no forward: it is exercised by the attention that calls it."""
+    for p in hook.parameters():  # T5's table starts at zero: make the hook do something
+        nn.init.normal_(p, std=0.5)
+    return attention.MultiHeadAttention(D, HEADS, P, position=hook), (_x(2, 5, D),)
+
+
+def _patch_forecaster(n_exog: int) -> tuple[nn.Module, tuple]:
+    model = timeseries.PatchForecaster(
+        16, 4, patch_len=4, stride=4, d_model=D, num_heads=HEADS, num_layers=1, d_ff=FF,
+        dropout=P, n_exog=n_exog,
+    )  # fmt: skip
+    x = _x(2, 16, 3) + 5.0
+    return model, (x,) if not n_exog else (x, _x(2, 20, n_exog))
+
+
+#: name -> () -> (module, example inputs).  The module is an instance of the class, or
+#: (for a class without a forward of its own) a module that contains one and runs it.
+BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
+    # attention
+    "AdditiveAttention": lambda: (attention.AdditiveAttention(4, 6, 5), (_x(2, 3, 4), _x(2, 5, 6))),
+    "LuongAttention": lambda: (
+        attention.LuongAttention(4, 6, "concat"),
+        (_x(2, 3, 4), _x(2, 5, 6)),
+    ),
+    "MultiHeadAttention": lambda: (attention.MultiHeadAttention(D, HEADS, P), (_x(2, 5, D),)),
+    # transformer
+    "FeedForward": lambda: (tf.FeedForward(D, FF, P, "gelu"), (_x(2, 5, D),)),
+    "EncoderBlock": lambda: (tf.EncoderBlock(D, HEADS, FF, P), (_x(2, 5, D),)),
+    "DecoderBlock": lambda: (
+        tf.DecoderBlock(D, HEADS, FF, P, norm_first=True),
+        (_x(2, 5, D), _x(2, 4, D)),
+    ),
+    "Encoder": lambda: (tf.Encoder(2, D, HEADS, FF, P, norm_first=True), (_x(2, 5, D),)),
+    "Decoder": lambda: (tf.Decoder(2, D, HEADS, FF, P), (_x(2, 5, D), _x(2, 4, D))),
+    "EncoderDecoder": lambda: (
+        tf.EncoderDecoder(6, D, HEADS, 1, FF, P, max_len=16),
+        (_ids(6, 2, 5), _ids(7, 2, 4)),
+    ),
+    "EncoderOnly": lambda: (
+        tf.EncoderOnly(11, 3, D, HEADS, 1, FF, P, max_len=16),
+        (_ids(11, 2, 6),),
+    ),
+    "DecoderOnly": lambda: (tf.DecoderOnly(11, D, HEADS, 1, FF, P, max_len=16), (_ids(11, 2, 6),)),
+    # BERT, GPT, ViT
+    "BertEncoder": lambda: (bert.BertEncoder(BERT_CFG), (_ids(20, 2, 6),)),
+    "MaskedLM": lambda: (bert.MaskedLM(BERT_CFG), (_ids(20, 2, 6),)),
+    "Classifier": lambda: (bert.Classifier(bert.BertEncoder(BERT_CFG), 3, P), (_ids(20, 2, 6),)),
+    "GPT": lambda: (gpt.GPT(11, D, HEADS, 1, dropout=P, max_len=16), (_ids(11, 2, 6),)),
+    "LoRALinear": lambda: (gpt.LoRALinear(nn.Linear(4, 5), r=2), (_x(3, 4),)),
+    "PatchEmbedding": lambda: (vit.PatchEmbedding(1, D, 2), (_x(2, 1, 4, 4),)),
+    "ViT": lambda: (
+        vit.ViT(4, 2, 3, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF, dropout=P),
+        (_x(2, 1, 4, 4),),
+    ),
+    # positions (Chapters 7-8)
+    "LearnedPositions": lambda: (positional.LearnedPositions(6, D), (4, 1)),
+    "PositionHook": lambda: _with_hook(positional.PositionHook()),
+    "ShawPositions": lambda: _with_hook(positional.ShawPositions(D // HEADS, 3)),
+    "T5Bias": lambda: _with_hook(positional.T5Bias(HEADS, 8, 16)),
+    "ALiBi": lambda: _with_hook(positional.ALiBi(HEADS)),
+    "RoPE": lambda: _with_hook(positional.RoPE(D // HEADS)),
+    "PositionalLM": lambda: (
+        lm.PositionalLM(11, "shaw", d_model=D, num_heads=HEADS, num_layers=1, max_len=16),
+        (_ids(11, 2, 6),),
+    ),
+    # recurrent layers and seq2seq (Chapters 1-2)
+    "RNN": lambda: (rnn.RNN(3, 4), (_x(2, 5, 3),)),
+    "LSTM": lambda: (rnn.LSTM(3, 4), (_x(2, 5, 3),)),
+    "GRU": lambda: (rnn.GRU(3, 4), (_x(2, 5, 3),)),
+    "Seq2Seq": lambda: (seq2seq.Seq2Seq(6, 4, 8), (_ids(6, 2, 5), _ids(7, 2, 4))),
+    "BahdanauSeq2Seq": lambda: (
+        seq2seq.BahdanauSeq2Seq(6, 4, 8),
+        (_ids(6, 2, 5), _ids(7, 2, 4)),
+    ),
+    "LuongSeq2Seq": lambda: (
+        seq2seq.LuongSeq2Seq(6, 4, 8, score="dot", window=1),
+        (_ids(6, 2, 5), _ids(7, 2, 4)),
+    ),
+    # the shared base (its own forward needs a model's start/step): local-p Luong
+    "GRUEncoderDecoder": lambda: (
+        seq2seq.LuongSeq2Seq(6, 4, 8, score="concat", window=1, align="predictive"),
+        (_ids(6, 2, 5), _ids(7, 2, 4)),
+    ),
+    # time series (Chapter 10); RevIN has no forward: it runs inside the forecaster
+    "Time2Vec": lambda: (timeseries.Time2Vec(3), (torch.arange(10.0).reshape(2, 5),)),
+    "RevIN": lambda: _patch_forecaster(n_exog=2),
+    "PatchForecaster": lambda: _patch_forecaster(n_exog=0),
+    # graphs (Chapter 14)
+    "GCNLayer": lambda: (gat.GCNLayer(3, 4), _graph()),
+    "GATLayer": lambda: (gat.GATLayer(3, 4, 2, dropout=P), _graph()),
+    "GATv2Layer": lambda: (gat.GATv2Layer(3, 4, 2, dropout=P), _graph()),
+    "MLP": lambda: (gat.MLP(3, 8, 2, dropout=P), _graph()),
+    "GCN": lambda: (gat.GCN(3, 8, 2, dropout=P), _graph()),
+    "GAT": lambda: (gat.GAT(3, 2, hidden=4, heads=2, dropout=P), _graph()),
+}
+
+#: Classes whose dropout cannot be set (so they are built with their fixed rate 0), and why.
+FIXED_DROPOUT = {
+    "PositionalLM": "Chapter 8's experiment model takes no dropout argument",
+}
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+
+def _tensors(obj) -> Iterator[Tensor]:
+    """Every tensor in a (nested) output: tensors, tuples, lists, dicts; None is skipped."""
+    if isinstance(obj, Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from _tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item)
+
+
+def _move(inputs: tuple, device: str, dtype: torch.dtype) -> tuple:
+    """Floating inputs to ``dtype`` and ``device``; integer ones (ids, edges) to ``device``."""
+    return tuple(
+        (x.to(device, dtype) if x.is_floating_point() else x.to(device))
+        if isinstance(x, Tensor)
+        else x
+        for x in inputs
+    )
+
+
+def _dropout_rates(module: nn.Module) -> list[float]:
+    """Every dropout rate inside ``module``: ``nn.Dropout.p`` and float ``dropout`` attributes."""
+    rates = []
+    for m in module.modules():
+        if isinstance(m, nn.Dropout):
+            rates.append(m.p)
+        elif isinstance(getattr(m, "dropout", None), float):
+            rates.append(m.dropout)
+    return rates
+
+
+def _zero_dropout(module: nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+        elif isinstance(getattr(m, "dropout", None), float):
+            m.dropout = 0.0
+
+
+def _max_diff(a, b) -> float:
+    ta, tb = list(_tensors(a)), list(_tensors(b))
+    assert [t.shape for t in ta] == [t.shape for t in tb]
+    diffs = [
+        (x.double() - y.double()).abs().max().item()
+        for x, y in zip(ta, tb, strict=True)
+        if x.numel()
+    ]
+    return max(diffs, default=0.0)
+
+
+def _build(name: str) -> tuple[nn.Module, tuple]:
+    torch.manual_seed(0)
+    module, inputs = BUILD[name]()
+    cls = exported_module_classes()[name]
+    assert any(isinstance(m, cls) for m in module.modules()), f"BUILD[{name!r}] holds no {name}"
+    return module, inputs
+
+
+# ---------------------------------------------------------------------------
+# The contract
+# ---------------------------------------------------------------------------
+
+
+def test_every_exported_module_class_has_a_build_entry():
+    exported = exported_module_classes()
+    assert len(exported) >= 30, sorted(exported)  # the walk found the library
+    missing = sorted(set(exported) - set(BUILD))
+    assert not missing, (
+        f"exported nn.Module classes without a BUILD entry in {__name__}: {missing}; "
+        "add one (small sizes, dropout > 0 where the constructor takes it)"
+    )
+    stale = sorted(set(BUILD) - set(exported))
+    assert not stale, f"BUILD entries for classes no longer exported: {stale}"
+
+
+@pytest.mark.parametrize("name", sorted(BUILD))
+def test_dropout_is_set_wherever_it_can_be(name):
+    """A module with a dropout rate is built with it > 0, so that the eval test below has
+    something to catch; the constructor's own ``dropout`` argument counts as settable."""
+    module, _ = _build(name)
+    rates = _dropout_rates(module)
+    takes_dropout = "dropout" in inspect.signature(type(module).__init__).parameters
+    if name in FIXED_DROPOUT:
+        assert not takes_dropout and not any(rates), f"{name} now takes a dropout: build it > 0"
+    elif takes_dropout or rates:
+        assert rates and all(r > 0 for r in rates), f"{name}: dropout rates {rates}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(BUILD))
+def test_module_contract(name, dtype, device):
+    module, inputs = _build(name)
+    loose = [
+        f"{mod_name or type(module).__name__}.{attr}"
+        for mod_name, m in module.named_modules()
+        for attr, value in vars(m).items()
+        if isinstance(value, Tensor)
+    ]
+    assert not loose, f"tensors that are neither parameters nor buffers (.to() skips them): {loose}"
+
+    module = module.to(device=device, dtype=dtype)
+    for what, named in (("parameter", module.named_parameters), ("buffer", module.named_buffers)):
+        for pname, t in named():
+            assert t.device.type == device, f"{what} {pname} stayed on {t.device}"
+            if t.is_floating_point():
+                assert t.dtype == dtype, f"{what} {pname} is {t.dtype} after .to({dtype})"
+    inputs = _move(inputs, device, dtype)
+
+    module.eval()
+    with torch.no_grad():
+        first, second = module(*inputs), module(*inputs)
+    outputs = list(_tensors(first))
+    assert outputs, f"{name} returned no tensor"
+    for t in outputs:
+        assert t.device.type == device
+        if t.is_floating_point():
+            assert t.dtype == dtype, f"{name}: a {dtype} module returned {t.dtype}"
+            assert torch.isfinite(t).all(), f"{name}: non-finite output"
+    tol = 1e-6 if device == "cpu" else 1e-5  # CUDA's index_add_ may sum in any order
+    assert _max_diff(first, second) <= tol, f"{name}: eval() is not deterministic"
+
+    _zero_dropout(module)
+    module.train()
+    with torch.no_grad():
+        no_dropout = module(*inputs)
+    assert _max_diff(first, no_dropout) <= tol, (
+        f"{name}: eval() output differs from train() with every dropout rate 0, "
+        "so eval() does not switch dropout off"
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "name", [n for n in sorted(BUILD) if n not in FIXED_DROPOUT and _dropout_rates(BUILD[n]()[0])]
+)
+def test_dropout_is_on_in_train_mode(name, device):
+    module, inputs = _build(name)
+    module.to(device).train()
+    inputs = _move(inputs, device, torch.float32)
+    with torch.no_grad():
+        first, second = module(*inputs), module(*inputs)
+    assert _max_diff(first, second) > 1e-4, f"{name}: dropout {P} changed nothing in train()"
+
+
+@pytest.mark.parametrize("name", sorted(BUILD))
+def test_float64_agrees_with_float32(name):
+    """The same weights in both precisions: a float32 constant or cast inside a float64
+    computation would leave a float32-sized error."""
+    module32, inputs = _build(name)
+    module64 = copy.deepcopy(module32).double().eval()
+    module32.eval()
+    with torch.no_grad():
+        out32 = module32(*_move(inputs, "cpu", torch.float32))
+        out64 = module64(*_move(inputs, "cpu", torch.float64))
+    scale = max((t.abs().max().item() for t in _tensors(out64) if t.is_floating_point()), default=1)
+    assert _max_diff(out32, out64) <= 1e-4 * max(1.0, scale)
+
+
+# ---------------------------------------------------------------------------
+# from_torch keeps the layer's dtype and activation; GCN in float64
+# ---------------------------------------------------------------------------
+
+
+def _torch_layer(kind: str, **kw) -> nn.Module:
+    cls = nn.TransformerEncoderLayer if kind == "encoder" else nn.TransformerDecoderLayer
+    return cls(D, HEADS, FF, dropout=0.0, batch_first=True, **kw).eval()
+
+
+def _block_and_args(kind: str, layer: nn.Module, dtype: torch.dtype):
+    block_cls = tf.EncoderBlock if kind == "encoder" else tf.DecoderBlock
+    x = torch.randn(2, 5, D, dtype=dtype)
+    args = (x,) if kind == "encoder" else (x, torch.randn(2, 4, D, dtype=dtype))
+    return block_cls, args
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_from_torch_keeps_a_float64_layer_float64(kind, norm_first):
+    layer = _torch_layer(kind, norm_first=norm_first).double()
+    block_cls, args = _block_and_args(kind, layer, torch.float64)
+    block = block_cls.from_torch(layer).eval()
+    dtypes = {p.dtype for p in block.parameters()}
+    assert dtypes == {torch.float64}, f"from_torch turned a float64 layer into {dtypes}"
+    with torch.no_grad():
+        out, ref = block(*args), layer(*args)
+    assert out.dtype == torch.float64
+    assert (out - ref).abs().max().item() < 1e-12
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_from_torch_reproduces_or_refuses_tanh_gelu(kind):
+    """A tanh-approximated GELU is carried over exactly, or refused by name; exact GELU
+    in its place (a 1e-4-sized silent mismatch) fails."""
+    layer = _torch_layer(kind, activation=nn.GELU(approximate="tanh"))
+    with torch.no_grad():  # large pre-activations, where the two GELUs differ most
+        layer.linear1.weight.normal_(std=1.0)
+    block_cls, args = _block_and_args(kind, layer, torch.float32)
+    try:
+        block = block_cls.from_torch(layer).eval()
+    except ValueError as err:
+        assert "GELU" in str(err) and "tanh" in str(err), f"refused without naming it: {err}"
+        return
+    # The reference is the layer's Python path (train() with dropout 0): its eval() fast
+    # path (torch._transformer_encoder_layer_fwd, PyTorch 2.13) computes exact GELU for
+    # any nn.GELU, ignoring approximate="tanh", so it is not the layer's documented function.
+    with torch.no_grad():
+        diff = (block(*args) - layer.train()(*args)).abs().max().item()
+    assert diff < 1e-6, f"tanh-GELU layer reproduced with an error of {diff:.2e}"
+
+
+def test_gcn_layer_returns_float64_for_float64_input():
+    layer = gat.GCNLayer(3, 4).double()
+    x, edges = _graph()
+    out = layer(x.double(), edges)
+    assert out.dtype == torch.float64
