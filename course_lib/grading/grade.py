@@ -26,7 +26,10 @@ so the same files give the same CSV.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
+import importlib
+import inspect
 import json
 import os
 import re
@@ -48,13 +51,14 @@ from course_lib.grading.registry import (
     known_assignments,
     load_assignment,
     load_hidden_tests,
+    module_name,
 )
 from course_lib.grading.runner import HIDDEN_FAILED, HIDDEN_PASSED
 
 __all__ = ["Row", "grade_batch", "write_csv", "write_feedback", "summary"]
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-NOT_RUN = ("invalid-notebook", "unknown-assignment", "wrong-assignment")
+NOT_RUN = ("invalid-notebook", "unknown-assignment", "wrong-assignment", "grader-error")
 
 
 @dataclass
@@ -87,6 +91,43 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class Redactor:
+    """Blanks out any piece of a hidden test's source that would appear in grading output.
+
+    The pieces are every line of the hidden tests' files and every string in
+    them (at least 8 characters), except those the public tests module shows
+    anyway. The grader never puts hidden text in a row; this is the second
+    lock, for text a submission produced (an error message, a returned value).
+    """
+
+    MIN_LENGTH = 8
+
+    def __init__(self, hidden_sources: list[str] = (), public_sources: list[str] = ()) -> None:
+        public = "\n".join(public_sources)
+        pieces: set[str] = set()
+        for source in hidden_sources:
+            pieces.update(line.strip() for line in source.splitlines())
+            try:
+                tree = ast.parse(source)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                tree = None
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    pieces.update(p.strip() for p in node.value.splitlines())
+                    pieces.add(node.value)
+        self.pieces = sorted(
+            (p for p in pieces if len(p.strip()) >= self.MIN_LENGTH and p not in public),
+            key=len,
+            reverse=True,
+        )
+
+    def __call__(self, text: str) -> str:
+        for piece in self.pieces:
+            if piece in text:
+                text = text.replace(piece, "[hidden]")
+        return text
+
+
 class _Assignments:
     """Assignments with their hidden tests, loaded once per batch."""
 
@@ -95,6 +136,7 @@ class _Assignments:
         self.known = known_assignments()
         self._cache: dict[str, tuple[Assignment, str | None]] = {}
         self._lock = threading.Lock()
+        self.redactor = Redactor()
 
     def get(self, assignment_id: str) -> tuple[Assignment, str | None]:
         with self._lock:
@@ -116,6 +158,10 @@ class _Assignments:
                     ) from None
                 spec = spec.with_hidden(hidden)
             self._cache[assignment_id] = (spec, source)
+            self.redactor = Redactor(
+                [src for _, src in self._cache.values() if src],
+                [inspect.getsource(importlib.import_module(module_name(a))) for a in self._cache],
+            )
         return self._cache[assignment_id]
 
     def from_file_name(self, path: Path) -> str | None:
@@ -344,7 +390,22 @@ def grade_batch(
 
     def work(name: str) -> Row:
         nonlocal done
-        row = _grade_one(Path(name), name, assignment, book, timeout, memory_mb)
+        try:
+            row = _grade_one(Path(name), name, assignment, book, timeout, memory_mb)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: B036 - one submission never stops the batch
+            row = _not_run(
+                name,
+                assignment or "",
+                "grader-error",
+                f"the grader could not grade this file ({type(err).__name__}: {err}); "
+                "please report it",
+                book.get(assignment)[0] if assignment else None,
+            )
+        redact = book.redactor
+        row.reason = _one_line(redact(row.reason))
+        row.messages = {k: redact(v) for k, v in row.messages.items()}
         done += 1
         if progress:
             print(
