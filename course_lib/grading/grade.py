@@ -311,7 +311,10 @@ def _finish(
                 f"the process died while running its code cells ({detail}); "
                 "os._exit() or a crash in native code?"
             )
-            if "signal 9" in detail or "MemoryError" in detail or "bad_alloc" in detail:
+            if "SIGXCPU" in detail:
+                row.status = "timeout"
+                row.reason = "used up its CPU time while running its code cells"
+            elif "MemoryError" in detail or "bad_alloc" in detail:
                 row.status = "memory-limit"
                 row.reason = (
                     f"ran out of memory (limit {memory_mb} MB) while running its code cells"
@@ -555,7 +558,8 @@ def write_feedback(rows: list[Row], folder: str | Path) -> list[Path]:
             for t in r.spec.tests:
                 earned = r.earned.get(t.id, 0)
                 mark = "PASS" if earned >= t.points else ("PART" if earned > 0 else "FAIL")
-                lines.append(f"{mark}  {t.id}  {_fmt(earned)}/{_fmt(t.points)}  {t.title}")
+                title = "" if t.hidden else f"  {t.title}"  # a hidden test's doc stays hidden
+                lines.append(f"{mark}  {t.id}  {_fmt(earned)}/{_fmt(t.points)}{title}")
                 message = r.messages.get(t.id, "")
                 if mark != "PASS" and t.id in r.calls:
                     lines.append(f"      called: {r.calls[t.id]}")

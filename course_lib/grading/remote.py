@@ -40,12 +40,14 @@ import builtins
 import dataclasses
 import os
 import re
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from course_lib.grading import sandbox, wire
@@ -218,13 +220,11 @@ class _JudgeCodec(wire.Codec):
             path = f"{type(value).__module__}.{type(value).__qualname__}"
             return {"dc": [path, wire.encode(fields, blobs, self)]}
         if type(value).__name__ == "DatetimeIndex" and type(value).__module__.startswith("pandas"):
-            values = torch.from_numpy(value.tz_localize(None).asi8.copy()) if value.tz else None
-            if values is None:
-                values = torch.from_numpy(value.asi8.copy())
-            else:
-                values = torch.from_numpy(value.tz_convert("UTC").tz_localize(None).asi8.copy())
+            naive = value.tz_convert("UTC").tz_localize(None) if value.tz is not None else value
+            nanoseconds = np.asarray(naive, dtype="datetime64[ns]").view("int64").copy()
             name = value.name if _plain_attr(value.name) else None
-            return {"dti": [wire.encode(values, blobs), str(value.tz) if value.tz else None, name]}
+            tz = str(value.tz) if value.tz is not None else None
+            return {"dti": [wire.encode(torch.from_numpy(nanoseconds), blobs), tz, name]}
         if callable(value):
             cid = len(self.callbacks) + 1
             self.callbacks[cid] = value
@@ -431,7 +431,8 @@ class Session:
 
     def _death(self, code: int | None) -> str:
         if code is not None and code < 0:
-            return f"killed by signal {-code}"
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            return f"killed by {name}"
         tail = b""
         if self._stderr is not None:
             try:
@@ -455,6 +456,11 @@ class Session:
             except OSError:
                 pass
         if self.proc is not None:
+            if kind == "crashed":  # it is ending by itself: let it, to learn its exit code
+                try:
+                    self.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pass
             if self.proc.poll() is None:
                 try:
                     os.killpg(self.proc.pid, 9)
