@@ -57,7 +57,7 @@ def main() -> None:
         rows = grade_batch(
             paths,
             assignment="ch01-lstm-cell",
-            hidden_dir=ROOT / "solutions" / "hidden_tests" if args.hidden else None,
+            hidden_dir=ROOT / "tests" / "fixtures" / "hidden_examples" if args.hidden else None,
             jobs=args.jobs,
         )
         write_csv(rows, Path(tmp) / "gradebook.csv")

@@ -40,7 +40,7 @@ from course_lib.grading.sync import SyncError, make_exercise, sync
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
-HIDDEN = SOLUTIONS / "hidden_tests"
+HIDDEN = ROOT / "tests" / "fixtures" / "hidden_examples"
 SOLUTION_FILES = sorted(SOLUTIONS.glob("*.ipynb"))
 LSTM = "ch01-lstm-cell"
 

@@ -36,7 +36,7 @@ from course_lib.grading.sandbox import Limits
 
 __all__ = ["main"]
 
-MAX_RESTARTS = 2
+MAX_RESTARTS = 4
 
 
 def main() -> None:
@@ -85,7 +85,19 @@ def main() -> None:
         report.close()
         return
 
+    hung: dict[str, str] = {}  # function -> why it is not called again (it did not return)
     for spec in [*visible, *hidden]:
+        skip = [n for n in spec.needs if n in hung]
+        if skip:
+            emit(
+                event="test",
+                id=spec.id,
+                fraction=0.0,
+                message=f"not run: {hung[skip[0]]}",
+                call="",
+                kind="",
+            )
+            continue
         if current.dead is not None:
             if runs > MAX_RESTARTS:
                 emit(
@@ -122,6 +134,10 @@ def main() -> None:
             result = run_test(spec, namespace)
             result_fraction, result_message = result.fraction, result.message
         stopped = current.dead is not None and died_before is None
+        if stopped and current.dead_kind == "timeout" and current.fatal_call in spec.needs:
+            hung[current.fatal_call] = (
+                f"{current.fatal_call} did not return in an earlier test, so it is not called again"
+            )
         emit(
             event="test",
             id=spec.id,

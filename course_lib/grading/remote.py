@@ -336,6 +336,7 @@ class Session:
         self.dead_kind: str | None = None
         self.hidden = False  # the current test is hidden: say nothing of it to the student
         self.calls: list[str] = []  # what the current test called
+        self.fatal_call: str | None = None  # the function whose call ended the session
         self._next_id = 0
         self._names: dict[str, Any] = {}
         self._stderr = None
@@ -449,6 +450,7 @@ class Session:
         """End the process tree (the whole sandbox), once; return its exit code."""
         if self.dead is None:
             self.dead, self.dead_kind = message or kind, kind
+            self.fatal_call = getattr(self, "_calling", None)
         code = None
         if self.sock is not None:
             try:
@@ -608,6 +610,7 @@ class Session:
         """Call ``target`` in the student's process; plain data (or remote objects) back."""
         label = f"{target._label}({', '.join([summarize(a) for a in args] + [f'{k}={summarize(v)}' for k, v in kwargs.items()])})"
         self.calls.append(label)
+        self._calling = target._label
         grad = torch.is_grad_enabled()
         codec = _JudgeCodec(self, grad=grad)
         blobs: list[bytes] = []
