@@ -47,7 +47,7 @@ __all__ = [
     "DTYPES",
 ]
 
-MAX_HEADER = 64 * 1024 * 1024
+MAX_HEADER = 8 * 1024 * 1024
 MAX_MESSAGE = 1024 * 1024 * 1024
 MAX_DEPTH = 64
 
