@@ -278,7 +278,7 @@ def _finish(
             if t.hidden:
                 row.messages[t.id] = HIDDEN_PASSED if fraction >= 1.0 else HIDDEN_FAILED
             else:
-                row.messages[t.id] = _one_line(e.get("message", ""))
+                row.messages[t.id] = _one_line(e.get("message", ""), 600)
                 if e.get("call") and fraction < 1.0:
                     row.calls[t.id] = _one_line(e["call"], 200)
             if e.get("kind"):
