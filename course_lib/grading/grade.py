@@ -489,6 +489,11 @@ def grade_batch(
     return rows
 
 
+def _cell_text(text: str) -> str:
+    """Text for a CSV cell that a spreadsheet will not run as a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def _columns(rows: list[Row]) -> list[tuple[str, str, str]]:
     """(column name, assignment id, test id) for every test of every assignment in the batch."""
     specs = {r.spec.id: r.spec for r in rows if r.spec is not None}
@@ -528,13 +533,13 @@ def write_csv(rows: list[Row], path: str | Path) -> None:
             ]
             out.writerow(
                 [
-                    r.submission,
+                    _cell_text(r.submission),
                     r.assignment,
                     _fmt(r.score),
                     _fmt(r.max_score),
                     r.status,
                     *cells,
-                    r.reason,
+                    _cell_text(r.reason),
                     "; ".join(r.flags),
                 ]
             )

@@ -164,6 +164,8 @@ def tensor_from_bytes(name: Any, shape: Any, data: bytes) -> torch.Tensor:
         raise ProtocolError("tensor size does not match its bytes")
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
+    if dtype == torch.bool:  # any byte but 0 is True: no bool tensor holding a 2
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).reshape(shape) != 0
     return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape).clone()
 
 
