@@ -533,6 +533,10 @@ class Session:
             ) from None
         except wire.ProtocolError as err:
             self.kill("protocol", f"the process broke the grading protocol during {label}")
+            if str(err).startswith("message larger than"):
+                raise StudentGone(
+                    f"{label} returned a result too large to check ({err})", "protocol"
+                ) from None
             raise StudentGone(
                 f"the notebook's process broke the grading protocol during {label} ({err}); "
                 "did the code write to the grader's channel?",
