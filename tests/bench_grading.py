@@ -6,8 +6,10 @@ Run from the repository root::
 
 The 30 submissions are 10 copies each of the solution, the untouched stub and
 a wrong solution (every output of the wrong shape), all of ``ch01-lstm-cell``,
-graded exactly as ``python -m course_lib.grading grade`` does. The target
-(issue 3) is under 2 minutes on the course's 2-core machine.
+graded exactly as ``python -m course_lib.grading grade`` does: each in its own
+bwrap sandbox, with its tests in a judge process (pass ``--no-sandbox`` to
+compare). The target (issues 3 and 13) is under 2 minutes on the course's
+2-core machine, sandbox included.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=None, help="default: the number of cores")
     parser.add_argument("--hidden", action="store_true", help="also run the example hidden tests")
+    parser.add_argument("--no-sandbox", action="store_true", help="grade without bubblewrap")
     args = parser.parse_args()
     solution = read_notebook(ROOT / "solutions" / "ch01_lstm_cell.ipynb")
     stub = read_notebook(ROOT / "exercises" / "ch01_lstm_cell.ipynb")
@@ -57,8 +60,9 @@ def main() -> None:
         rows = grade_batch(
             paths,
             assignment="ch01-lstm-cell",
-            hidden_dir=ROOT / "solutions" / "hidden_tests" if args.hidden else None,
+            hidden_dir=ROOT / "tests" / "fixtures" / "hidden_examples" if args.hidden else None,
             jobs=args.jobs,
+            sandbox=not args.no_sandbox,
         )
         write_csv(rows, Path(tmp) / "gradebook.csv")
         seconds = time.perf_counter() - start

@@ -40,7 +40,7 @@ from course_lib.grading.sync import SyncError, make_exercise, sync
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
-HIDDEN = SOLUTIONS / "hidden_tests"
+HIDDEN = ROOT / "tests" / "fixtures" / "hidden_examples"
 SOLUTION_FILES = sorted(SOLUTIONS.glob("*.ipynb"))
 LSTM = "ch01-lstm-cell"
 
@@ -478,8 +478,8 @@ def test_csv_columns_and_printed_summary(broken):
     assert header[:5] == ["submission", "assignment", "score", "max_score", "status"]
     spec = registry.load_assignment(LSTM)
     visible = [t.id for t in spec.tests]
-    assert [h for h in header[5:-1] if "[hidden]" not in h] == visible
-    assert any("[hidden]" in h for h in header) and header[-1] == "reason"
+    assert [h for h in header[5:-2] if "[hidden]" not in h] == visible
+    assert any("[hidden]" in h for h in header) and header[-2:] == ["reason", "flags"]
     out = proc.stdout
     assert f"Graded {len(expected)} submissions" in out
     assert "Mean score:" in out and "Failures by reason:" in out

@@ -17,7 +17,13 @@ Modules: :mod:`~course_lib.grading.registry` (``@test``, assignments),
 :mod:`~course_lib.grading.runner` (one test, any outcome),
 :mod:`~course_lib.grading.check` (the student's ``check``),
 :mod:`~course_lib.grading.sync` (solutions to exercises),
-:mod:`~course_lib.grading.grade` and :mod:`~course_lib.grading.worker` (batch grading).
+:mod:`~course_lib.grading.grade` (batch grading: one row per file, always),
+:mod:`~course_lib.grading.judge` (one submission's tests, in a trusted process),
+:mod:`~course_lib.grading.student` (the student's code, alone in its sandbox),
+:mod:`~course_lib.grading.remote` (the judge's proxies of the student's functions),
+:mod:`~course_lib.grading.wire` (plain data between the two),
+:mod:`~course_lib.grading.sandbox` (bubblewrap) and
+:mod:`~course_lib.grading.flags` (what is worth the instructor's look).
 """
 
 from course_lib.grading.check import check, checker

@@ -32,7 +32,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", metavar="DIR", help="folder of hidden tests, DIR/<assignment>.py")
     p.add_argument("--feedback", metavar="DIR", help="write one feedback .txt per submission")
     p.add_argument(
-        "--timeout", type=float, default=60.0, help="wall-clock seconds per submission (default 60)"
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="wall-clock seconds for a submission's code cells to run (default 60)",
+    )
+    p.add_argument(
+        "--call-timeout",
+        type=float,
+        default=10.0,
+        help="wall-clock seconds for each call of a student's function by a test (default 10)",
+    )
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run submissions without the bubblewrap sandbox: only for a class you trust "
+        "(their code could then read and write your files and use the network)",
     )
     p.add_argument(
         "--memory-mb",

@@ -94,12 +94,29 @@ def expect_close(
     expected = expected.detach().cpu().to(torch.float64)
     err = (got.to(torch.float64) - expected).abs()
     allowed = atol + rtol * expected.abs()
-    if (err > allowed).any():
+    wrong = err > allowed
+    if wrong.any():
         fail(
             f"{name}: max abs error {err.max().item():.3g} exceeds the tolerance "
-            f"(atol={atol:g}, rtol={rtol:g}){where}"
+            f"(atol={atol:g}, rtol={rtol:g}){where}; {_differences(got, expected, err, wrong)}"
         )
     return got
+
+
+def _values(t: torch.Tensor) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in t.reshape(-1).tolist()) + "]"
+
+
+def _differences(got: torch.Tensor, expected: torch.Tensor, err: torch.Tensor, wrong) -> str:
+    """Which elements differ: how many, the worst one, and all values when there are few."""
+    worst = tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape)) if err.dim() else ()
+    text = (
+        f"{int(wrong.sum())} of {wrong.numel()} values differ; the largest difference is at "
+        f"index {worst}: expected {expected[worst].item():.6g}, got {got[worst].item():.6g}"
+    )
+    if got.numel() <= 8:
+        text += f" (expected {_values(expected)}, got {_values(got.to(torch.float64))})"
+    return text
 
 
 def expect_equal(name: str, got: Any, expected: torch.Tensor, context: str = "") -> torch.Tensor:

@@ -26,7 +26,10 @@ so the same files give the same CSV.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
+import importlib
+import inspect
 import json
 import os
 import re
@@ -41,6 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.grading.flags import flag_cells
+from course_lib.grading.judge import MAX_RESTARTS
 from course_lib.grading.notebook import NotebookError, assignment_of, code_cells, read_notebook
 from course_lib.grading.registry import (
     Assignment,
@@ -48,13 +53,17 @@ from course_lib.grading.registry import (
     known_assignments,
     load_assignment,
     load_hidden_tests,
+    module_name,
 )
 from course_lib.grading.runner import HIDDEN_FAILED, HIDDEN_PASSED
+from course_lib.grading.sandbox import NO_SANDBOX_WARNING, SandboxUnavailable, require_bwrap
 
 __all__ = ["Row", "grade_batch", "write_csv", "write_feedback", "summary"]
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-NOT_RUN = ("invalid-notebook", "unknown-assignment", "wrong-assignment")
+MAX_RUNS = MAX_RESTARTS + 1
+SOLUTIONS_DIR = Path(PACKAGE_PARENT) / "solutions"
+NOT_RUN = ("invalid-notebook", "unknown-assignment", "wrong-assignment", "grader-error")
 
 
 @dataclass
@@ -68,6 +77,9 @@ class Row:
     spec: Assignment | None = None
     earned: dict[str, float] = field(default_factory=dict)
     messages: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, str] = field(default_factory=dict)  # failed visible test -> what it called
+    flags: list[str] = field(default_factory=list)
+    cells_timeout: float = 60.0
 
     @property
     def score(self) -> float:
@@ -87,6 +99,43 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class Redactor:
+    """Blanks out any piece of a hidden test's source that would appear in grading output.
+
+    The pieces are every line of the hidden tests' files and every string in
+    them (at least 8 characters), except those the public tests module shows
+    anyway. The grader never puts hidden text in a row; this is the second
+    lock, for text a submission produced (an error message, a returned value).
+    """
+
+    MIN_LENGTH = 8
+
+    def __init__(self, hidden_sources: list[str] = (), public_sources: list[str] = ()) -> None:
+        public = "\n".join(public_sources)
+        pieces: set[str] = set()
+        for source in hidden_sources:
+            pieces.update(line.strip() for line in source.splitlines())
+            try:
+                tree = ast.parse(source)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                tree = None
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    pieces.update(p.strip() for p in node.value.splitlines())
+                    pieces.add(node.value)
+        self.pieces = sorted(
+            (p for p in pieces if len(p.strip()) >= self.MIN_LENGTH and p not in public),
+            key=len,
+            reverse=True,
+        )
+
+    def __call__(self, text: str) -> str:
+        for piece in self.pieces:
+            if piece in text:
+                text = text.replace(piece, "[hidden]")
+        return text
+
+
 class _Assignments:
     """Assignments with their hidden tests, loaded once per batch."""
 
@@ -95,6 +144,7 @@ class _Assignments:
         self.known = known_assignments()
         self._cache: dict[str, tuple[Assignment, str | None]] = {}
         self._lock = threading.Lock()
+        self.redactor = Redactor()
 
     def get(self, assignment_id: str) -> tuple[Assignment, str | None]:
         with self._lock:
@@ -116,7 +166,26 @@ class _Assignments:
                     ) from None
                 spec = spec.with_hidden(hidden)
             self._cache[assignment_id] = (spec, source)
+            self.redactor = Redactor(
+                [src for _, src in self._cache.values() if src],
+                [inspect.getsource(importlib.import_module(module_name(a))) for a in self._cache],
+            )
         return self._cache[assignment_id]
+
+    def solution(self, assignment_id: str) -> dict | None:
+        """The published solution notebook of ``assignment_id`` (for the copies-solution flag)."""
+        with self._lock:
+            if not hasattr(self, "_solutions"):
+                self._solutions: dict[str, dict] = {}
+                for path in sorted(SOLUTIONS_DIR.glob("*.ipynb")):
+                    try:
+                        nb = read_notebook(path)
+                    except NotebookError:
+                        continue
+                    aid = assignment_of(nb)
+                    if aid:
+                        self._solutions.setdefault(aid, nb)
+            return self._solutions.get(assignment_id)
 
     def from_file_name(self, path: Path) -> str | None:
         name = path.name.lower().replace("_", "-")
@@ -124,7 +193,7 @@ class _Assignments:
         return max(matches, key=len) if matches else None
 
 
-def _child_env(workdir: str) -> dict[str, str]:
+def _judge_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("COURSE_REQUIRE_GPU", None)
     env.update(
@@ -137,19 +206,22 @@ def _child_env(workdir: str) -> dict[str, str]:
         MPLBACKEND="Agg",
         PYTHONHASHSEED="0",
         PYTHONDONTWRITEBYTECODE="1",
-        TMPDIR=workdir,
         PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p),
     )
     return env
 
 
-def _run_worker(job: dict, timeout: float) -> tuple[list[dict], int | None, bool, str]:
-    """Run one job; return (events, return code, timed out?, last stderr line)."""
-    with tempfile.TemporaryDirectory(prefix="course-grade-") as workdir:
+def _run_judge(job: dict, timeout: float) -> tuple[list[dict], int | None, bool, str]:
+    """Run one job in a judge process; return (events, return code, timed out?, last stderr line).
+
+    The judge is trusted (the student's code runs in the sandbox it starts), so
+    its stdout is read to the end; ``timeout`` is only a backstop.
+    """
+    with tempfile.TemporaryDirectory(prefix="course-judge-") as workdir:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "course_lib.grading.worker"],
+            [sys.executable, "-s", "-P", "-m", "course_lib.grading.judge"],
             cwd=workdir,
-            env=_child_env(workdir),
+            env=_judge_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -162,7 +234,7 @@ def _run_worker(job: dict, timeout: float) -> tuple[list[dict], int | None, bool
             timed_out = True
             _kill_group(proc.pid)
             out, err = proc.communicate()
-        _kill_group(proc.pid)  # whatever the submission left running
+        _kill_group(proc.pid)
     events = []
     for line in out.decode(errors="replace").splitlines():
         try:
@@ -194,6 +266,7 @@ def _finish(
     spec = row.spec
     assert spec is not None
     by_id = {t.id: t for t in spec.tests}
+    stopped_tests = []
     for e in events:
         if e.get("event") == "test" and e.get("id") in by_id:
             t = by_id[e["id"]]
@@ -205,42 +278,59 @@ def _finish(
             if t.hidden:
                 row.messages[t.id] = HIDDEN_PASSED if fraction >= 1.0 else HIDDEN_FAILED
             else:
-                row.messages[t.id] = _one_line(e.get("message", ""))
+                row.messages[t.id] = _one_line(e.get("message", ""), 600)
+                if e.get("call") and fraction < 1.0:
+                    row.calls[t.id] = _one_line(e["call"], 200)
+            if e.get("kind"):
+                stopped_tests.append((t, str(e["kind"])))
     for t in spec.tests:
         if t.id not in row.earned:
             row.earned[t.id] = 0.0
             row.messages[t.id] = "not run"
     kinds = {e.get("event") for e in events}
     cells = [e for e in events if e.get("event") == "cell"]
+    stopped = [e for e in events if e.get("event") == "stopped"]
     stage = "the tests" if "cells-done" in kinds else "its code cells"
     if timed_out:
         row.status = "timeout"
-        row.reason = (
-            f"did not finish within {timeout:g} s, while running {stage} (an endless loop?)"
-        )
-    elif "done" not in kinds:
-        if returncode is not None and returncode < 0:
-            sig = -returncode
-            name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-            if sig == signal.SIGXCPU:
-                row.status, row.reason = "timeout", f"used up its CPU time while running {stage}"
-            else:
-                row.status = "crashed"
-                row.reason = f"the process was killed by {name} while running {stage}"
-        elif "started" not in kinds:
+        row.reason = f"grading did not finish within {timeout:g} s"
+    elif stopped:
+        kind = stopped[0].get("kind")
+        if kind == "timeout":
+            row.status = "timeout"
+            row.reason = (
+                f"its code cells did not finish within {row.cells_timeout:g} s (an endless loop?)"
+            )
+        elif kind == "protocol":
             row.status = "crashed"
+            row.reason = str(stopped[0].get("reason", "broke the grading protocol"))
+        else:
+            row.status = "crashed"
+            detail = str(stopped[0].get("reason") or "")
+            row.reason = (
+                f"the process died while running its code cells ({detail}); "
+                "os._exit() or a crash in native code?"
+            )
+            if "SIGXCPU" in detail:
+                row.status = "timeout"
+                row.reason = "used up its CPU time while running its code cells"
+            elif "MemoryError" in detail or "bad_alloc" in detail:
+                row.status = "memory-limit"
+                row.reason = (
+                    f"ran out of memory (limit {memory_mb} MB) while running its code cells"
+                )
+    elif "done" not in kinds:
+        row.status = "crashed"
+        if "started" not in kinds:
             row.reason = (
                 f"the grading process failed to start: {stderr or f'exit code {returncode}'}"
             )
         else:
-            row.status = "crashed"
-            row.reason = (
-                f"the process exited (code {returncode}) while running {stage}; "
-                "os._exit() or a crash in native code?"
-            )
-        if "MemoryError" in stderr or "bad_alloc" in stderr:
-            row.status = "memory-limit"
-            row.reason = f"ran out of memory (limit {memory_mb} MB) while running {stage}"
+            row.reason = f"the grader stopped while running {stage} ({stderr or returncode}); please report it"
+    elif stopped_tests:
+        test, kind = stopped_tests[0]
+        row.status = "timeout" if kind == "timeout" else "crashed"
+        row.reason = f"{test.id}: {row.messages[test.id]}"
     elif cells:
         first = cells[0]
         row.status = str(first.get("kind", "cell-error"))
@@ -272,8 +362,7 @@ def _grade_one(
     shown: str,
     expected: str | None,
     book: _Assignments,
-    timeout: float,
-    memory_mb: int | None,
+    options: dict,
 ) -> Row:
     spec = book.get(expected)[0] if expected else None
     try:
@@ -298,16 +387,24 @@ def _grade_one(
         reason = f"no tests for assignment {assignment_id}; known: {', '.join(book.known)}"
         return _not_run(shown, assignment_id, "unknown-assignment", reason, None)
     spec, hidden_source = book.get(assignment_id)
-    row = Row(shown, assignment_id, "ok", spec=spec)
+    row = Row(shown, assignment_id, "ok", spec=spec, cells_timeout=options["timeout"])
+    cells = code_cells(nb)
+    solution = book.solution(assignment_id)
+    given = [c.source for c in code_cells(solution)] if solution else []
+    row.flags = flag_cells(cells, solution, given)
     job = {
         "assignment": assignment_id,
-        "cells": [{"number": c.number, "source": c.source} for c in code_cells(nb)],
+        "cells": [{"number": c.number, "source": c.source} for c in cells],
         "hidden_source": hidden_source,
-        "memory_mb": memory_mb,
-        "cpu_seconds": int(timeout) + 10,
+        "memory_mb": options["memory_mb"],
+        "cpu_seconds": int(options["timeout"] + len(spec.tests) * options["call_timeout"]) + 10,
+        "timeout": options["timeout"],
+        "call_timeout": options["call_timeout"],
+        "sandboxed": options["sandbox"],
     }
-    events, returncode, timed_out, stderr = _run_worker(job, timeout)
-    _finish(row, events, returncode, timed_out, stderr, timeout, memory_mb)
+    backstop = (MAX_RUNS * options["timeout"]) + len(spec.tests) * options["call_timeout"] + 60
+    events, returncode, timed_out, stderr = _run_judge(job, backstop)
+    _finish(row, events, returncode, timed_out, stderr, backstop, options["memory_mb"])
     return row
 
 
@@ -319,15 +416,25 @@ def grade_batch(
     memory_mb: int | None = 2048,
     jobs: int | None = None,
     progress: bool = False,
+    call_timeout: float = 10.0,
+    sandbox: bool = True,
 ) -> list[Row]:
     """Grade every submission; one :class:`Row` each, sorted by path.
 
     ``assignment`` makes every submission count as that assignment (one whose
     metadata names another gets ``wrong-assignment``). ``hidden_dir`` holds
-    ``<assignment>.py`` files of hidden tests. ``timeout`` (seconds, wall clock)
-    and ``memory_mb`` (address space) limit each submission's process;
-    ``jobs`` processes run at once (default: the number of CPU cores).
+    ``<assignment>.py`` files of hidden tests. ``timeout`` (seconds, wall
+    clock) limits a submission's code cells, ``call_timeout`` each call of one
+    of its functions by a test, ``memory_mb`` (address space) its process;
+    ``jobs`` submissions are graded at once (default: the number of CPU cores).
+
+    Each submission runs in a ``bwrap`` sandbox (see
+    :mod:`~course_lib.grading.sandbox`); where there is none this raises
+    :class:`~course_lib.grading.sandbox.SandboxUnavailable`, unless
+    ``sandbox=False`` (a class you trust: see ``NO_SANDBOX_WARNING``).
     """
+    if sandbox:
+        require_bwrap()
     if hidden_dir is not None and not Path(hidden_dir).is_dir():
         raise SystemExit(f"error: --hidden {hidden_dir}: no such folder")
     book = _Assignments(hidden_dir)
@@ -341,10 +448,32 @@ def grade_batch(
     shown = sorted({os.path.normpath(str(p)) for p in submissions})
     jobs = max(1, jobs or os.cpu_count() or 1)
     done = 0
+    options = {
+        "timeout": float(timeout),
+        "call_timeout": float(call_timeout),
+        "memory_mb": memory_mb,
+        "sandbox": bool(sandbox),
+    }
 
     def work(name: str) -> Row:
         nonlocal done
-        row = _grade_one(Path(name), name, assignment, book, timeout, memory_mb)
+        try:
+            row = _grade_one(Path(name), name, assignment, book, options)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: B036 - one submission never stops the batch
+            row = _not_run(
+                name,
+                assignment or "",
+                "grader-error",
+                f"the grader could not grade this file ({type(err).__name__}: {err}); "
+                "please report it",
+                book.get(assignment)[0] if assignment else None,
+            )
+        redact = book.redactor
+        row.reason = _one_line(redact(row.reason))
+        row.messages = {k: redact(v) for k, v in row.messages.items()}
+        row.calls = {k: redact(v) for k, v in row.calls.items()}
         done += 1
         if progress:
             print(
@@ -360,6 +489,11 @@ def grade_batch(
     return rows
 
 
+def _cell_text(text: str) -> str:
+    """Text for a CSV cell that a spreadsheet will not run as a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def _columns(rows: list[Row]) -> list[tuple[str, str, str]]:
     """(column name, assignment id, test id) for every test of every assignment in the batch."""
     specs = {r.spec.id: r.spec for r in rows if r.spec is not None}
@@ -372,7 +506,11 @@ def _columns(rows: list[Row]) -> list[tuple[str, str, str]]:
 
 
 def write_csv(rows: list[Row], path: str | Path) -> None:
-    """The gradebook: submission, assignment, score, max_score, status, one column per test, reason."""
+    """The gradebook: submission, assignment, score, max_score, status, a column per test, reason, flags.
+
+    ``flags`` is for the instructor (see :mod:`~course_lib.grading.flags`): what
+    in the submission is worth a look, separated by ``; ``.
+    """
     columns = _columns(rows)
     with open(path, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f, lineterminator="\n")
@@ -385,6 +523,7 @@ def write_csv(rows: list[Row], path: str | Path) -> None:
                 "status",
                 *(c[0] for c in columns),
                 "reason",
+                "flags",
             ]
         )
         for r in rows:
@@ -394,13 +533,14 @@ def write_csv(rows: list[Row], path: str | Path) -> None:
             ]
             out.writerow(
                 [
-                    r.submission,
+                    _cell_text(r.submission),
                     r.assignment,
                     _fmt(r.score),
                     _fmt(r.max_score),
                     r.status,
                     *cells,
-                    r.reason,
+                    _cell_text(r.reason),
+                    "; ".join(r.flags),
                 ]
             )
 
@@ -421,15 +561,27 @@ def write_feedback(rows: list[Row], folder: str | Path) -> list[Path]:
         ]
         if r.spec is not None:
             for t in r.spec.tests:
-                mark = "PASS" if r.earned.get(t.id, 0) >= t.points else "FAIL"
-                lines.append(f"{mark}  {t.id}  {_fmt(r.earned.get(t.id, 0))}/{_fmt(t.points)}")
+                earned = r.earned.get(t.id, 0)
+                mark = "PASS" if earned >= t.points else ("PART" if earned > 0 else "FAIL")
+                title = "" if t.hidden else f"  {t.title}"  # a hidden test's doc stays hidden
+                lines.append(f"{mark}  {t.id}  {_fmt(earned)}/{_fmt(t.points)}{title}")
                 message = r.messages.get(t.id, "")
-                if mark == "FAIL" and message:
+                if mark != "PASS" and t.id in r.calls:
+                    lines.append(f"      called: {r.calls[t.id]}")
+                if mark != "PASS" and message:
                     lines.append(f"      {message}")
+            lines += ["", CELL_NUMBERS_NOTE]
         path = folder / name
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         written.append(path)
     return written
+
+
+CELL_NUMBERS_NOTE = (
+    "Code cells are counted from the top of the notebook, markdown cells left out: "
+    "code cell 3 is the one numbered [3] after Restart & Run all (Jupyter: Kernel menu; "
+    "Colab: Runtime > Restart session and run all)."
+)
 
 
 def summary(rows: list[Row], seconds: float | None = None) -> str:
@@ -480,24 +632,39 @@ def summary(rows: list[Row], seconds: float | None = None) -> str:
             f"{t} ({k})" for t, k in sorted(failed_tests.items(), key=lambda x: (-x[1], x[0]))[:5]
         )
         lines.append(f"Tests failed most often: {top}")
+    flagged = [r for r in rows if r.flags]
+    if flagged:
+        names = ", ".join(r.submission for r in flagged[:5])
+        more = f" and {len(flagged) - 5} more" if len(flagged) > 5 else ""
+        lines.append(f"Flagged for a look ({len(flagged)}; see the flags column): {names}{more}")
     return "\n".join(lines)
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """``python -m course_lib.grading grade``: grade, write the CSV (and feedback), summarise."""
     start = time.perf_counter()
-    rows = grade_batch(
-        args.submissions,
-        assignment=args.assignment,
-        hidden_dir=args.hidden,
-        timeout=args.timeout,
-        memory_mb=args.memory_mb or None,
-        jobs=args.jobs,
-        progress=not args.quiet,
-    )
+    if args.no_sandbox:
+        print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
+    try:
+        rows = grade_batch(
+            args.submissions,
+            assignment=args.assignment,
+            hidden_dir=args.hidden,
+            timeout=args.timeout,
+            memory_mb=args.memory_mb or None,
+            jobs=args.jobs,
+            progress=not args.quiet,
+            call_timeout=args.call_timeout,
+            sandbox=not args.no_sandbox,
+        )
+    except SandboxUnavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     write_csv(rows, args.csv)
     if args.feedback:
         write_feedback(rows, args.feedback)
     print(summary(rows, time.perf_counter() - start))
     print(f"Gradebook: {args.csv}" + (f"; feedback in {args.feedback}/" if args.feedback else ""))
+    if args.no_sandbox:
+        print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
     return 0

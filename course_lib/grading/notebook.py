@@ -34,21 +34,59 @@ class NotebookError(ValueError):
     """The file is not a readable Jupyter notebook (the message says why)."""
 
 
+MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
+
+
 def read_notebook(path: str | Path) -> dict:
-    """The notebook at ``path`` as a dict; ``NotebookError`` when it is not one."""
+    """The notebook at ``path`` as a dict; ``NotebookError`` when it is not one.
+
+    Never raises anything else for a file's content, however malformed: an empty
+    file, JSON nested a million deep, a list of cells that are not cells, a
+    source that is not text, metadata that is not a mapping all give a
+    ``NotebookError`` with a short reason.
+    """
+    path = Path(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        size = path.stat().st_size
+    except OSError as err:
+        raise NotebookError(f"cannot read the file: {err.strerror or err}") from None
+    if size > MAX_NOTEBOOK_BYTES:
+        raise NotebookError(
+            f"too large ({size / 1e6:.0f} MB; a notebook without outputs is well under 1 MB)"
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise NotebookError(f"cannot read the file: {err.strerror or err}") from None
+    if not raw.strip():
+        raise NotebookError("the file is empty (expected a .ipynb notebook, which is JSON)")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise NotebookError("not a text file (expected a .ipynb notebook, which is JSON)") from None
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as err:
         raise NotebookError(f"not valid JSON ({err.msg} at line {err.lineno})") from None
+    except RecursionError:
+        raise NotebookError("not a notebook (JSON nested too deeply to read)") from None
+    except (ValueError, MemoryError) as err:
+        raise NotebookError(f"not valid JSON ({type(err).__name__})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise NotebookError("valid JSON but not a notebook (no list of cells)")
+    if not isinstance(nb.get("metadata", {}), dict):
+        raise NotebookError("valid JSON but not a notebook (its metadata is not a mapping)")
     for i, cell in enumerate(nb["cells"]):
-        if not isinstance(cell, dict) or "cell_type" not in cell:
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
             raise NotebookError(f"cell {i} is malformed (no cell_type)")
+        source = cell.get("source", "")
+        if not (
+            isinstance(source, str)
+            or (isinstance(source, list) and all(isinstance(s, str) for s in source))
+        ):
+            raise NotebookError(f"cell {i} is malformed (its source is not text)")
+        if not isinstance(cell.get("metadata", {}), dict):
+            raise NotebookError(f"cell {i} is malformed (its metadata is not a mapping)")
     return nb
 
 
@@ -79,7 +117,8 @@ def dumps_notebook(nb: dict) -> str:
 
 def assignment_of(nb: dict) -> str | None:
     """The assignment id stored in the notebook metadata (``{"course": {"assignment": id}}``)."""
-    course = nb.get("metadata", {}).get("course", {})
+    metadata = nb.get("metadata", {})
+    course = metadata.get("course", {}) if isinstance(metadata, dict) else {}
     value = course.get("assignment") if isinstance(course, dict) else None
     return value if isinstance(value, str) and value else None
 
@@ -107,7 +146,7 @@ def _blank_check_calls(source: str, names: tuple[str, ...] = ("check",)) -> str:
     """Replace top-level ``check(...)`` statements by ``pass``, keeping line numbers."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source
     lines = source.splitlines(keepends=True)
     calls = [

@@ -22,7 +22,7 @@ import torch
 from course_lib.grading.expect import Partial, TestFailed
 from course_lib.grading.registry import TestSpec
 
-__all__ = ["TestResult", "run_test", "student_error", "exception_summary"]
+__all__ = ["TestResult", "RemoteError", "run_test", "student_error", "exception_summary"]
 
 HIDDEN_PASSED = "passed"
 HIDDEN_FAILED = "hidden test failed (its details stay with the instructor)"
@@ -103,8 +103,43 @@ def exception_summary(exc: BaseException, cell: str | None = None) -> str:
     return f"{_short(exc)}{where}"
 
 
+class RemoteError(Exception):
+    """An exception raised by the student's code in the student's process (batch grading).
+
+    ``report`` says what the student's side saw: the exception's type name, a
+    one-line summary, where in the notebook (``code cell 3, line 4``) and that
+    line. :mod:`course_lib.grading.remote` raises it, as an instance of the
+    builtin type too when that is a common one (``ValueError``...).
+    """
+
+    report: dict = {}
+
+    def __str__(self) -> str:
+        return str(self.report.get("summary", ""))
+
+
+def _remote_report(exc: BaseException) -> dict | None:
+    return exc.report if isinstance(exc, RemoteError) and "summary" in exc.report else None
+
+
 def student_error(exc: BaseException, who: str = "your code") -> str:
     """``"<who> raised ValueError: ... (code cell 3, line 4: x = ...)"``, without a traceback."""
+    report = _remote_report(exc)
+    if report is not None:
+        where = f" ({report['where']}: {report['line']})" if report["where"] else ""
+        if report["exit"]:
+            return f"{who} called sys.exit() (or exit()); a function should return its result"
+        if report["name"] == "NotImplementedError":
+            where = f" ({report['where']})" if report["where"] else ""
+            return (
+                f"not written yet: replace the `raise NotImplementedError` line{where} "
+                "with your code"
+            )
+        if report["unsendable"]:
+            return f"the result cannot be checked: {report['summary']}"
+        if report["name"] == "CallbackError":
+            return f"{who} called a function of the test wrongly: {report['summary']}"
+        return f"{who} raised {report['summary']}{where}"
     if isinstance(exc, SystemExit):
         return f"{who} called sys.exit() (or exit()); a function should return its result"
     if type(exc) is NotImplementedError:
@@ -135,15 +170,18 @@ def run_test(spec: TestSpec, namespace: dict) -> TestResult:
         fraction, message = 0.0, str(exc)
     except AssertionError as exc:
         frame = _student_frame(exc.__traceback__)
-        if frame is not None:  # the student's own assert
+        if frame is not None or _remote_report(exc) is not None:  # the student's own assert
             fraction, message = 0.0, student_error(exc)
         else:
             fraction, message = 0.0, str(exc) or "assertion failed"
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: B036 - the student's code may raise anything
+        report = _remote_report(exc)
         if isinstance(exc, MemoryError) or "can't allocate memory" in str(exc):
             fraction, message = 0.0, f"out of memory: {student_error(exc)}"
+        elif report is not None:
+            fraction, message = 0.0, student_error(exc)
         elif _student_frame(exc.__traceback__) is not None or isinstance(exc, SystemExit):
             fraction, message = 0.0, student_error(exc)
         else:

@@ -1,0 +1,700 @@
+"""The judge's view of a student's process: proxies for the notebook's functions.
+
+A :class:`Session` starts one student process (:mod:`course_lib.grading.student`),
+in its sandbox unless told otherwise, sends it the notebook's cells, and
+collects what happened to them. Then :meth:`Session.namespace` gives the tests
+what they ask for by name: a :class:`RemoteObject` for each function the
+notebook defines (plain data for a plain value), so that an unchanged test,
+``def matches_torch(lstm_step): h, c = lstm_step(x, h, c, ...)``, calls the
+student's function in the student's process and gets back plain data.
+
+* Each call has its own deadline (``call_timeout``): a call that does not
+  return, or a process that dies or writes garbage on the socket, raises
+  :class:`StudentGone` (a ``TestFailed``) and ends the session; the judge
+  starts a fresh one for the next test.
+* An exception raised by the student's code comes back as a
+  :class:`RemoteError`, which is also an instance of the builtin type when
+  that is a common one (``ValueError``...), and says where in the notebook it
+  was raised.
+* Arguments may be tensors, numbers, strings, containers, ``torch.nn`` modules
+  (sent by value: the student's side gets its own copy), ``torch.Generator``
+  objects (the student's draws advance the test's generator), dataclasses of
+  ``course_lib``, a ``pandas.DatetimeIndex``, and the test's own functions
+  (the student's code calls them back here: a decoder step that records what
+  it was fed, say).
+* Gradients cross too: when a test calls with tensors that require grad (grad
+  mode on), the results carry a ``grad_fn`` whose backward asks the student's
+  process for the gradients of the inputs. Gradients do not flow into the
+  parameters of a module passed by value, nor through the test's callbacks.
+* What is not plain data in a result (an instance of the student's class, a
+  function) stays in the student's process and arrives as a
+  :class:`RemoteObject`: the test may call it, or read its attributes (which
+  again arrive as plain data or remote objects). This is how a test checks a
+  class: it asks for the class, calls it to construct an instance there, and
+  calls the instance's methods.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from course_lib.grading import sandbox, wire
+from course_lib.grading.expect import TestFailed
+from course_lib.grading.runner import RemoteError
+from course_lib.grading.student import PORTABLE_ERRORS
+
+__all__ = ["Session", "RemoteObject", "RemoteError", "StudentGone", "summarize"]
+
+MISSING = object()
+
+
+class StudentGone(TestFailed):
+    """The student's process stopped answering: a timeout, a crash or a broken protocol."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # "timeout", "crashed", "protocol", "gone"
+
+
+_error_types: dict[str, type] = {}
+
+
+def remote_error(report: Any) -> RemoteError:
+    """A :class:`RemoteError` for the student's exception ``report`` (a checked dict)."""
+    if not isinstance(report, dict):
+        report = {}
+    clean = {
+        "type": report.get("type") if report.get("type") in PORTABLE_ERRORS else "",
+        "name": _ident(report.get("name"), "Exception"),
+        "summary": _text(report.get("summary"), 300),
+        "where": _text(report.get("where"), 80),
+        "line": _text(report.get("line"), 120),
+        "exit": report.get("exit") is True,
+        "memory": report.get("memory") is True,
+        "unsendable": report.get("unsendable") is True,
+    }
+    base = getattr(builtins, clean["type"]) if clean["type"] else None
+    key = clean["type"] or "-"
+    if key not in _error_types:
+        bases = (RemoteError, base) if base is not None else (RemoteError,)
+        _error_types[key] = type(f"Remote{clean['type'] or 'Error'}", bases, {})
+    err = _error_types[key]()
+    err.report = clean
+    return err
+
+
+def _text(value: Any, limit: int) -> str:
+    text = " ".join(value.split()) if isinstance(value, str) else ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _ident(value: Any, default: str) -> str:
+    text = re.sub(r"\W", "", value)[:60] if isinstance(value, str) else ""
+    return text if text and not text[0].isdigit() else default
+
+
+# -- remote objects ------------------------------------------------------------------------------
+
+
+class RemoteObject:
+    """An object that lives in the student's process: call it, or read its attributes."""
+
+    __slots__ = ("_session", "_hid", "_callable", "_label")
+    remote_type = "object"
+
+    def __init__(self, session: Session, hid: int, is_callable: bool, label: str) -> None:
+        self._session, self._hid, self._callable, self._label = session, hid, is_callable, label
+
+    def __call__(self, *args, **kwargs):
+        if not self._callable:
+            raise TypeError(f"'{self.remote_type}' object from the notebook is not callable")
+        return self._session.call(self, args, kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._session.getattr(self, name)
+
+    def __repr__(self) -> str:
+        return f"<{self.remote_type} from the notebook>"
+
+
+_remote_types: dict[str, type] = {}
+
+
+def _remote_class(type_name: str) -> type:
+    name = _ident(type_name, "object")
+    if name not in _remote_types:
+        _remote_types[name] = type(name, (RemoteObject,), {"__slots__": (), "remote_type": name})
+    return _remote_types[name]
+
+
+def summarize(value: Any, depth: int = 0) -> str:
+    """A short description of an argument, for "what was called" in feedback."""
+    if isinstance(value, torch.Tensor):
+        dims = ", ".join(str(s) for s in value.shape)
+        kind = (
+            "" if value.dtype == torch.float32 else f", {str(value.dtype).removeprefix('torch.')}"
+        )
+        return f"tensor({dims}{kind})" if value.dim() else f"tensor({value.item():g}{kind})"
+    if isinstance(value, bool | int | float) or value is None:
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 24 else repr(value[:21] + "...")
+    if isinstance(value, tuple | list) and depth < 1 and len(value) <= 4:
+        inner = ", ".join(summarize(v, depth + 1) for v in value)
+        return (
+            f"({inner}{',' if len(value) == 1 else ''})"
+            if isinstance(value, tuple)
+            else f"[{inner}]"
+        )
+    if isinstance(value, tuple | list | dict | set):
+        return f"{type(value).__name__} of {len(value)}"
+    if isinstance(value, RemoteObject):
+        return value._label
+    if isinstance(value, torch.nn.Module):
+        return f"nn.{type(value).__name__}"
+    if isinstance(value, torch.Generator):
+        return "a torch.Generator"
+    if callable(value):
+        return "a function"
+    return type(value).__name__
+
+
+# -- the judge's codec ---------------------------------------------------------------------------
+
+
+def _plain_attr(value: Any, depth: int = 0) -> bool:
+    if value is None or type(value) in (bool, int, float, str):
+        return True
+    if type(value) in (tuple, list) and depth < 2:
+        return all(_plain_attr(v, depth + 1) for v in value)
+    return False
+
+
+class _JudgeCodec(wire.Codec):
+    def __init__(self, session: Session, grad: bool = False, callbacks: dict | None = None) -> None:
+        self.session = session
+        self.grad = grad
+        self.grad_inputs: list[torch.Tensor] = []
+        self.flagged: list[torch.Tensor] = []
+        self.generators: list[torch.Generator] = []
+        self.callbacks = callbacks if callbacks is not None else {}
+        self.callback_error: BaseException | None = None
+
+    def tensor_flag(self, tensor: torch.Tensor) -> bool:
+        if self.grad and tensor.requires_grad and tensor.is_floating_point():
+            self.grad_inputs.append(tensor)
+            return True
+        return False
+
+    def tensor_in(self, tensor: torch.Tensor, flag: bool) -> torch.Tensor:
+        if flag is True and tensor.is_floating_point():
+            self.flagged.append(tensor)
+        return tensor
+
+    def encode_other(self, value: Any, blobs: list[bytes]) -> Any:
+        if isinstance(value, RemoteObject):
+            if value._session is not self.session:
+                raise wire.Unsendable("an object from another session")
+            return {"ref": value._hid}
+        if isinstance(value, torch.Generator):
+            self.generators.append(value)
+            return {"gen": wire.encode(value.get_state(), blobs)}
+        if isinstance(value, torch.nn.Module) and type(value).__module__.startswith("torch.nn."):
+            return self._module(value, blobs)
+        if dataclasses.is_dataclass(value) and type(value).__module__.startswith("course_lib."):
+            fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+            path = f"{type(value).__module__}.{type(value).__qualname__}"
+            return {"dc": [path, wire.encode(fields, blobs, self)]}
+        if type(value).__name__ == "DatetimeIndex" and type(value).__module__.startswith("pandas"):
+            naive = value.tz_convert("UTC").tz_localize(None) if value.tz is not None else value
+            nanoseconds = np.asarray(naive, dtype="datetime64[ns]").view("int64").copy()
+            name = value.name if _plain_attr(value.name) else None
+            tz = str(value.tz) if value.tz is not None else None
+            return {"dti": [wire.encode(torch.from_numpy(nanoseconds), blobs), tz, name]}
+        if callable(value):
+            cid = len(self.callbacks) + 1
+            self.callbacks[cid] = value
+            return {"cb": [cid, _ident(type(value).__name__, "function")]}
+        raise wire.Unsendable(
+            f"a test passes a {type(value).__name__} to the student's function, which cannot "
+            "cross to the student's process (plain data, torch.nn modules and functions can)"
+        )
+
+    def _module(self, module: torch.nn.Module, blobs: list[bytes]) -> dict:
+        attrs = {
+            k: v
+            for k, v in vars(module).items()
+            if k not in ("_parameters", "_buffers", "_modules") and _plain_attr(v)
+        }
+        children = {k: self._module(m, blobs) for k, m in module._modules.items() if m is not None}
+        path = f"{type(module).__module__}.{type(module).__qualname__}"
+        return {
+            "mod": [
+                path,
+                wire.encode(attrs, blobs),
+                wire.encode(dict(module._parameters), blobs),
+                wire.encode(dict(module._buffers), blobs),
+                {"d": [[k, v] for k, v in children.items()]},
+            ]
+        }
+
+    def decode_tag(self, tag: str, data: dict, blobs: list[bytes], depth: int) -> Any:
+        body = data[tag]
+        if tag == "obj":
+            if not (
+                type(body) is list
+                and len(body) == 3
+                and type(body[0]) is int
+                and type(body[2]) is bool
+            ):
+                raise wire.ProtocolError("malformed object handle")
+            cls = _remote_class(body[1])
+            return cls(self.session, body[0], body[2], f"<{cls.remote_type}>")
+        raise wire.ProtocolError(f"unknown tag {tag!r}")
+
+
+class _Bridge(torch.autograd.Function):
+    """Gradients through a student's call: backward asks the student's process."""
+
+    @staticmethod
+    def forward(ctx, state: dict, *inputs: torch.Tensor):
+        ctx.state = state
+        return tuple(state["outputs"])
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        state = ctx.state
+        inputs = state["inputs"]
+        got = state["session"].backward(state["graph"], list(grads), state["label"])
+        if not isinstance(got, list) or len(got) != len(inputs):
+            raise TestFailed(f"{state['label']}: the gradients could not be computed")
+        out = []
+        for i, (g, x) in enumerate(zip(got, inputs, strict=True)):
+            if g is None:
+                out.append(None)
+                continue
+            if not isinstance(g, torch.Tensor) or tuple(g.shape) != tuple(x.shape):
+                raise TestFailed(
+                    f"{state['label']}: the gradient of argument {i + 1} has the wrong shape"
+                )
+            out.append(g.to(x.dtype))
+        return (None, *out)
+
+
+def _replace(value: Any, new: dict[int, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return new.get(id(value), value)
+    if type(value) is list:
+        return [_replace(v, new) for v in value]
+    if type(value) is tuple:
+        return tuple(_replace(v, new) for v in value)
+    if type(value) is dict:
+        return {k: _replace(v, new) for k, v in value.items()}
+    return value
+
+
+# -- the session ---------------------------------------------------------------------------------
+
+
+class Session:
+    """One student process, its cells run, answering the tests' calls (see the module docstring)."""
+
+    def __init__(
+        self,
+        cells: list[dict],
+        limits: sandbox.Limits,
+        sandboxed: bool = True,
+        cells_timeout: float = 60.0,
+        call_timeout: float = 10.0,
+        uid: int | None = None,
+        max_bytes: int = 256 << 20,
+    ) -> None:
+        self.cells = cells
+        self.limits = limits
+        self.sandboxed = sandboxed
+        self.cells_timeout = cells_timeout
+        self.call_timeout = call_timeout
+        self.uid = uid
+        self.max_bytes = max_bytes
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.dead: str | None = None  # why the session ended, when it did
+        self.dead_kind: str | None = None
+        self.hidden = False  # the current test is hidden: say nothing of it to the student
+        self.calls: list[str] = []  # what the current test called
+        self.fatal_call: str | None = None  # the function whose call ended the session
+        self._next_id = 0
+        self._names: dict[str, Any] = {}
+        self._stderr = None
+        self._workdir: tempfile.TemporaryDirectory | None = None
+
+    # -- life ---------------------------------------------------------------------------------
+
+    def start(self) -> tuple[list[dict], str | None, str | None]:
+        """Start the process and run the cells: (events, failure kind, failure reason).
+
+        ``failure kind`` is None when every cell ran (failing cells are events,
+        not failures), else ``"timeout"``, ``"crashed"`` or ``"protocol"``.
+        """
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        read_args, write_args = os.pipe()
+        argv, options, env, _ = sandbox.student_command(
+            self.sandboxed, self.limits, child.fileno(), read_args, self.uid
+        )
+        if options is not None:
+            os.write(write_args, options)  # a few kB: fits in the pipe
+        os.close(write_args)
+        self._stderr = tempfile.TemporaryFile()
+        cwd = None
+        if not self.sandboxed:
+            self._workdir = tempfile.TemporaryDirectory(prefix="course-grade-")
+            cwd = self._workdir.name
+            env = {**env, "HOME": cwd, "TMPDIR": cwd}
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,
+                stderr=self._stderr,
+                pass_fds=(child.fileno(), read_args),
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        finally:
+            child.close()
+            os.close(read_args)
+        self.sock = parent
+        events: list[dict] = []
+        deadline = time.monotonic() + self.cells_timeout
+        try:
+            wire.send(
+                parent,
+                {
+                    "cells": self.cells,
+                    "sandboxed": self.sandboxed,
+                    "limits": {
+                        "memory_mb": self.limits.memory_mb,
+                        "cpu_seconds": self.limits.cpu_seconds,
+                        "processes": self.limits.processes if self.sandboxed else 0,
+                        "open_files": self.limits.open_files,
+                        "file_mb": self.limits.file_mb,
+                    },
+                },
+            )
+            while True:
+                header, _ = wire.recv(parent, deadline, limit=1 << 20)
+                ev = header.get("ev")
+                if ev == "cell":
+                    events.append(
+                        {
+                            "event": "cell",
+                            "number": header.get("number")
+                            if type(header.get("number")) is int
+                            else 0,
+                            "kind": header.get("kind")
+                            if header.get("kind")
+                            in ("syntax-error", "cell-error", "exit", "memory-limit")
+                            else "cell-error",
+                            "reason": _text(header.get("reason"), 300),
+                        }
+                    )
+                elif ev == "started":
+                    events.append({"event": "started"})
+                elif ev == "cells-done":
+                    events.append({"event": "cells-done"})
+                    return events, None, None
+                else:
+                    raise wire.ProtocolError("unexpected message while the cells ran")
+        except wire.Timeout:
+            self.kill("timeout", "")
+            return events, "timeout", None
+        except (wire.Closed, OSError):
+            code = self.kill("crashed", "")
+            return events, "crashed", self._death(code)
+        except wire.ProtocolError as err:
+            self.kill("protocol", "")
+            return events, "protocol", f"the notebook's process broke the grading protocol ({err})"
+
+    def _death(self, code: int | None) -> str:
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            return f"killed by {name}"
+        tail = b""
+        if self._stderr is not None:
+            try:
+                self._stderr.seek(0, os.SEEK_END)
+                size = self._stderr.tell()
+                self._stderr.seek(max(0, size - 2000))
+                tail = self._stderr.read()
+            except (OSError, ValueError):
+                pass
+        lines = tail.decode(errors="replace").strip().splitlines()
+        return f"exit code {code}" + (f"; {lines[-1][:200]}" if lines else "")
+
+    def kill(self, kind: str, message: str) -> int | None:
+        """End the process tree (the whole sandbox), once; return its exit code."""
+        if self.dead is None:
+            self.dead, self.dead_kind = message or kind, kind
+            self.fatal_call = getattr(self, "_calling", None)
+        code = None
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        if self.proc is not None:
+            if kind == "crashed":  # it is ending by itself: let it, to learn its exit code
+                try:
+                    self.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pass
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    self.proc.kill()
+                except OSError:
+                    pass
+            try:
+                code = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                code = None
+            try:  # an unsandboxed child that ran setsid: its group, if it kept one
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+        return code
+
+    def close(self) -> None:
+        if self.dead is None and self.sock is not None:
+            try:
+                wire.send(self.sock, {"op": "bye"})
+            except OSError:
+                pass
+        self.kill("gone", "the session was closed")
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self.dead is not None:
+            raise StudentGone(
+                f"not checked: the notebook's process had stopped ({self.dead})", "gone"
+            )
+
+    def _request(self, header: dict, blobs: list[bytes], label: str, codec: _JudgeCodec):
+        self._check()
+        self._next_id += 1
+        rid = header["id"] = self._next_id
+        deadline = time.monotonic() + self.call_timeout
+        try:
+            wire.send(self.sock, header, blobs)
+            while True:
+                reply, rblobs = wire.recv(self.sock, deadline, limit=self.max_bytes)
+                if "cb" in reply:
+                    self._serve_callback(reply, rblobs, codec)
+                    continue
+                if reply.get("id") != rid:
+                    raise wire.ProtocolError("a reply out of order")
+                return reply, rblobs
+        except wire.Timeout:
+            self.kill("timeout", f"{label} did not return within {self.call_timeout:g} s")
+            raise StudentGone(
+                f"{label} did not return within {self.call_timeout:g} s (an endless loop?)",
+                "timeout",
+            ) from None
+        except (wire.Closed, OSError):
+            code = self.kill("crashed", f"the process died during {label}")
+            raise StudentGone(
+                f"the notebook's process died during {label} ({self._death_text(code)})",
+                "crashed",
+            ) from None
+        except wire.ProtocolError as err:
+            self.kill("protocol", f"the process broke the grading protocol during {label}")
+            if str(err).startswith("message larger than"):
+                raise StudentGone(
+                    f"{label} returned a result too large to check ({err})", "protocol"
+                ) from None
+            raise StudentGone(
+                f"the notebook's process broke the grading protocol during {label} ({err}); "
+                "did the code write to the grader's channel?",
+                "protocol",
+            ) from None
+
+    def _death_text(self, code: int | None) -> str:
+        if code is None:
+            return "it stopped answering"
+        if code < 0:
+            return f"killed by signal {-code}; out of memory or CPU time?"
+        return f"exit code {code}; os._exit() or a crash in native code?"
+
+    def _serve_callback(self, header: dict, blobs: list[bytes], codec: _JudgeCodec) -> None:
+        seq = header.get("seq")
+        fn = codec.callbacks.get(header.get("cb")) if type(header.get("cb")) is int else None
+        reply: dict = {"cbreply": seq}
+        out: list[bytes] = []
+        if fn is None:
+            reply["err"] = "this function of the grader is no longer available"
+        else:
+            try:
+                payload = wire.decode(header.get("data"), blobs, _JudgeCodec(self))
+                args, kwargs = payload["args"], payload["kwargs"]
+                if type(args) is not list or type(kwargs) is not dict:
+                    raise wire.ProtocolError("malformed callback")
+                if not all(type(k) is str for k in kwargs):
+                    raise wire.ProtocolError("malformed callback keywords")
+            except (wire.ProtocolError, KeyError, TypeError) as err:
+                raise wire.ProtocolError(f"malformed callback ({err})") from None
+            try:
+                result = fn(*args, **kwargs)
+                reply["ok"] = wire.encode(result, out, _JudgeCodec(self, callbacks=codec.callbacks))
+            except Exception as exc:  # noqa: BLE001 - reported to the student's side, kept here
+                if codec.callback_error is None:
+                    codec.callback_error = exc
+                out = []
+                reply.pop("ok", None)
+                reply["err"] = (
+                    "the grader's function rejected the call"
+                    if self.hidden
+                    else _text(f"{type(exc).__name__}: {exc}", 300)
+                )
+        wire.send(self.sock, reply, out)
+
+    def namespace(self, names: list[str]) -> dict[str, Any]:
+        """What the notebook defines under ``names`` (absent names are left out)."""
+        wanted = [n for n in names if n not in self._names]
+        if wanted:
+            codec = _JudgeCodec(self)
+            reply, blobs = self._request(
+                {"op": "resolve", "names": wanted}, [], "the notebook", codec
+            )
+            if "err" in reply:
+                raise remote_error(reply["err"])
+            ok = reply.get("ok")
+            if type(ok) is not dict or type(ok.get("meta")) is not dict:
+                raise StudentGone("the notebook's process answered nonsense", "protocol")
+            values = wire.decode(ok.get("values"), blobs, codec)
+            if type(values) is not dict:
+                raise StudentGone("the notebook's process answered nonsense", "protocol")
+            for name in wanted:
+                meta = ok["meta"].get(name)
+                if name in values:
+                    self._names[name] = values[name]
+                elif isinstance(meta, dict) and isinstance(meta.get("obj"), list):
+                    obj = codec.decode_tag("obj", {"obj": meta["obj"]}, [], 0)
+                    obj._label = name
+                    self._names[name] = obj
+                else:
+                    self._names[name] = MISSING
+        return {n: self._names[n] for n in names if self._names[n] is not MISSING}
+
+    def call(self, target: RemoteObject, args: tuple, kwargs: dict) -> Any:
+        """Call ``target`` in the student's process; plain data (or remote objects) back."""
+        label = f"{target._label}({', '.join([summarize(a) for a in args] + [f'{k}={summarize(v)}' for k, v in kwargs.items()])})"
+        self.calls.append(label)
+        self._calling = target._label
+        grad = torch.is_grad_enabled()
+        codec = _JudgeCodec(self, grad=grad)
+        blobs: list[bytes] = []
+        data = wire.encode({"args": list(args), "kwargs": dict(kwargs)}, blobs, codec)
+        grad = grad and bool(codec.grad_inputs)
+        header = {"op": "call", "target": target._hid, "data": data, "grad": grad}
+        reply, rblobs = self._request(header, blobs, label, codec)
+        if "err" in reply:
+            if codec.callback_error is not None:
+                raise codec.callback_error
+            raise remote_error(reply["err"])
+        out = _JudgeCodec(self)
+        try:
+            gens = reply.get("gens", [])
+            if gens:
+                if type(gens) is not list or len(gens) != len(codec.generators):
+                    raise wire.ProtocolError("generator states do not match")
+                for g, state in zip(codec.generators, gens, strict=True):
+                    g.set_state(wire.decode(state, rblobs))
+            result = wire.decode(reply.get("ok"), rblobs, out)
+        except (wire.ProtocolError, RuntimeError, TypeError, ValueError) as err:
+            self.kill("protocol", f"the process sent a malformed result for {label}")
+            raise StudentGone(
+                f"the notebook's process sent a malformed result for {label} ({err})", "protocol"
+            ) from None
+        if grad and out.flagged and type(reply.get("graph")) is int:
+            state = {
+                "session": self,
+                "graph": reply["graph"],
+                "inputs": codec.grad_inputs,
+                "outputs": [t.detach() for t in out.flagged],
+                "label": label,
+            }
+            linked = _Bridge.apply(state, *codec.grad_inputs)
+            result = _replace(result, {id(a): b for a, b in zip(out.flagged, linked, strict=True)})
+        return result
+
+    def getattr(self, target: RemoteObject, name: str) -> Any:
+        label = f"{target._label}.{name}"
+        codec = _JudgeCodec(self)
+        reply, blobs = self._request(
+            {"op": "getattr", "target": target._hid, "data": {"d": [["name", name]]}},
+            [],
+            label,
+            codec,
+        )
+        if "err" in reply:
+            err = remote_error(reply["err"])
+            if isinstance(err, AttributeError):
+                raise AttributeError(f"{target.remote_type} has no attribute {name!r}")
+            raise err
+        try:
+            return wire.decode(reply.get("ok"), blobs, _JudgeCodec(self))
+        except wire.ProtocolError as err:
+            self.kill("protocol", f"malformed attribute {label}")
+            raise StudentGone(f"malformed attribute {label} ({err})", "protocol") from None
+
+    def backward(self, graph: int, grads: list, label: str) -> list:
+        blobs: list[bytes] = []
+        data = wire.encode(list(grads), blobs)
+        reply, rblobs = self._request(
+            {"op": "backward", "graph": graph, "data": data},
+            blobs,
+            f"gradients of {label}",
+            _JudgeCodec(self),
+        )
+        if "err" in reply:
+            raise remote_error(reply["err"])
+        try:
+            return wire.decode(reply.get("ok"), rblobs)
+        except wire.ProtocolError as err:
+            self.kill("protocol", "malformed gradients")
+            raise StudentGone(f"malformed gradients for {label} ({err})", "protocol") from None
+
+    def end_test(self) -> None:
+        """Forget the objects and graphs of the test that just ran (callbacks stop working)."""
+        self.calls = []
+        if self.dead is None:
+            try:
+                reply, _ = self._request({"op": "release"}, [], "the notebook", _JudgeCodec(self))
+            except StudentGone:
+                return
+            self._names = {k: v for k, v in self._names.items() if not isinstance(v, RemoteObject)}
