@@ -19,6 +19,8 @@ against the fused ``nn.MultiheadAttention`` it is reported only.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -81,6 +83,26 @@ def _copy(ours: Ours, mha: TorchMHA, sdpa: SDPAAttention) -> None:
     sdpa.out_proj.load_state_dict(a.out_proj.state_dict())
 
 
+def forward_backward(model: nn.Module, x: Tensor, grad: Tensor):
+    """A call running ``model`` forward and backward on ``x``, gradients from zero."""
+
+    def call():
+        x.grad = None
+        model.zero_grad(set_to_none=True)
+        model(x).backward(grad)
+
+    return call
+
+
+def peak(model: nn.Module, x: Tensor, grad: Tensor, math: bool = False) -> int:
+    """Peak bytes of one forward + backward (torch's SDPA on its math backend if ``math``)."""
+    call = forward_backward(model, x, grad)
+    x.grad = None
+    model.zero_grad(set_to_none=True)
+    with sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext():
+        return peak_bytes(call, x.device)
+
+
 def sizes(cfg: Config) -> list[tuple[int, int, int, int]]:
     """(B, T, D, h) of each case."""
     if cfg.quick:
@@ -108,15 +130,9 @@ def run(cfg: Config) -> list[dict]:
             for name, m in models.items():
                 torch.testing.assert_close(m(x), reference, atol=1e-4, rtol=1e-4, msg=name)
 
-        def step(model: nn.Module):
-            def call():
-                x.grad = None
-                model.zero_grad(set_to_none=True)
-                model(x).backward(grad)
-
-            return call
-
-        times, repeats = time_side_by_side({n: step(m) for n, m in models.items()}, cfg)
+        times, repeats = time_side_by_side(
+            {n: forward_backward(m, x, grad) for n, m in models.items()}, cfg
+        )
         size = f"B={b}, T={t}, D={width}, h={h}"
         common = {
             "group": "attention",
@@ -139,16 +155,7 @@ def run(cfg: Config) -> list[dict]:
                 }
             )
 
-        def peak(model: nn.Module, math: bool = False) -> int:
-            call = step(model)
-            x.grad = None
-            model.zero_grad(set_to_none=True)
-            if math:
-                with sdpa_kernel(SDPBackend.MATH):
-                    return peak_bytes(call, dev)
-            return peak_bytes(call, dev)
-
-        mine = peak(models["ours"])
+        mine = peak(models["ours"], x, grad)
         for peer, what, goal, math in (
             ("SDPA", "SDPA module, math (non-fused) backend", MEMORY_GOAL, True),
             ("nn.MultiheadAttention", "nn.MultiheadAttention (fused)", None, False),
@@ -160,7 +167,7 @@ def run(cfg: Config) -> list[dict]:
                     "peer": what,
                     "metric": "memory",
                     "goal_ratio": goal,
-                    **memory_row(mine, peak(models[peer], math)),
+                    **memory_row(mine, peak(models[peer], x, grad, math)),
                 }
             )
         x.grad = None

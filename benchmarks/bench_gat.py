@@ -97,7 +97,9 @@ def run(cfg: Config) -> list[dict]:
 
             return step
 
-        opts = [torch.optim.Adam(m.parameters(), lr=0.005, weight_decay=5e-4) for m in (ours, theirs)]
+        opts = [
+            torch.optim.Adam(m.parameters(), lr=0.005, weight_decay=5e-4) for m in (ours, theirs)
+        ]
         times, repeats = time_side_by_side(
             {"ours": epoch(ours, features, opts[0]), "peer": epoch(theirs, x, opts[1])}, cfg
         )

@@ -9,10 +9,21 @@ fused kernel.  Reported only: a teaching loop is not expected to match it
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from benchmarks.harness import Config, compare, time_side_by_side
 from course_lib import rnn
+
+
+def forward_backward(model: nn.Module, x: Tensor, grad: Tensor):
+    """A call running the layer forward and backward on ``x`` (the outputs' gradient ``grad``)."""
+
+    def call():
+        x.grad = None
+        model.zero_grad(set_to_none=True)
+        model(x)[0].backward(grad)
+
+    return call
 
 
 def run(cfg: Config) -> list[dict]:
@@ -29,15 +40,9 @@ def run(cfg: Config) -> list[dict]:
         with torch.no_grad():
             torch.testing.assert_close(ours(x)[0], peer(x)[0])
 
-        def step(model: nn.Module):
-            def call():
-                x.grad = None
-                model.zero_grad(set_to_none=True)
-                model(x)[0].backward(grad)
-
-            return call
-
-        times, repeats = time_side_by_side({"ours": step(ours), "peer": step(peer)}, cfg)
+        times, repeats = time_side_by_side(
+            {"ours": forward_backward(ours, x, grad), "peer": forward_backward(peer, x, grad)}, cfg
+        )
         rows.append(
             {
                 "group": "recurrent",

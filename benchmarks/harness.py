@@ -3,9 +3,10 @@
 Timing: the callables of one case run interleaved, in one process, in
 ``rounds`` rounds of ``repeats`` calls each (the order rotates from call to
 call), so a slow spell of a shared machine hits every side alike.  A row
-reports the median time of each side over all calls, their ratio, and the
-smallest and largest ratio of the per-round medians (the spread: how noisy
-the ratio was).
+reports the median time of each side over all calls and the ratio ours /
+peer: each round gives one (the ratio of its medians), the row shows their
+median and their smallest and largest value (the spread: how noisy the
+ratio was).
 
 Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` above what was
 allocated before the call.  On the CPU, ``tracemalloc`` and the process's
@@ -21,15 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
-from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
+
+CPU_DEVICE_TYPE = 0  # "Device Type" of a CPU allocation in the profiler's trace
 
 
 @dataclass
@@ -38,7 +43,7 @@ class Config:
 
     quick: bool = False
     rounds: int = 3
-    repeats: int = 10  # calls per side per round, at most
+    repeats: int = 25  # calls per side per round, at most
     min_repeats: int = 3  # ... and at least, even when a case is slow
     warmup: int = 2
     budget_s: float = 30.0  # a case's timed calls, all sides together, aim for about this long
@@ -95,7 +100,12 @@ def time_side_by_side(
 
 
 def compare(times: dict[str, list[list[float]]], ours: str, peer: str) -> dict:
-    """Median ms of each side, their ratio, and the range of the per-round ratios."""
+    """Median ms of each side over all calls; the ratio ours / peer and its range over rounds.
+
+    Each round gives one ratio (its median time of ours over its median time
+    of the peer); ``ratio`` is the median of those, ``ratio_min`` and
+    ``ratio_max`` their extremes.
+    """
     mine = statistics.median(t for rnd in times[ours] for t in rnd)
     theirs = statistics.median(t for rnd in times[peer] for t in rnd)
     per_round = [
@@ -106,7 +116,7 @@ def compare(times: dict[str, list[list[float]]], ours: str, peer: str) -> dict:
         "ours_value": mine * 1e3,
         "peer_value": theirs * 1e3,
         "unit": "ms",
-        "ratio": mine / theirs,
+        "ratio": statistics.median(per_round),
         "ratio_min": min(per_round),
         "ratio_max": max(per_round),
     }
@@ -128,8 +138,8 @@ def _quiet_stderr() -> Iterator[None]:
 def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
     """Peak bytes held by tensors allocated during one call of ``fn`` (see the module docstring).
 
-    Tensors that exist before the call must stay alive during it (a free of a
-    block allocated before profiling is not reported on the CPU).
+    Frees of tensors that existed before the call are ignored: the peak is of
+    the tensors the call itself allocates.
     """
     gc.collect()
     if device.type == "cuda":
@@ -141,14 +151,25 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
         return torch.cuda.max_memory_allocated(device) - base
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = [
-        (e.start_ns(), i, e.nbytes())
-        for i, e in enumerate(prof.profiler.kineto_results.events())
-        if e.name() == "[memory]" and e.device_type() == DeviceType.CPU
-    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    events = sorted(
+        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Addr"], e["args"]["Bytes"])
+        for e in trace["traceEvents"]
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == CPU_DEVICE_TYPE
+    )
+    # Count a free only if its allocation was seen in this call: the allocator's
+    # bookkeeping may still hold a block allocated under an earlier profiler.
+    live: dict[int, int] = {}
     running = peak = 0
-    for _, _, nbytes in sorted(events):
-        running += nbytes
+    for _, _, addr, nbytes in events:
+        if nbytes > 0:
+            live[addr] = live.get(addr, 0) + nbytes
+            running += nbytes
+        elif addr in live:
+            running -= live.pop(addr)
         peak = max(peak, running)
     return peak
 

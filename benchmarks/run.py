@@ -2,7 +2,7 @@
 
 ::
 
-    python -m benchmarks                  # everything, about 5 minutes on 2 cores
+    python -m benchmarks                  # everything, about 4 minutes on 2 cores
     python -m benchmarks --only attention gpt
     python -m benchmarks --quick          # tiny sizes, one call each: checks the command works
 
@@ -111,6 +111,17 @@ def _skipped(group: str, reason: str) -> dict:
     return {"group": group, "what": group, "size": "-", "ours": "-", "peer": "-", "skipped": reason}
 
 
+def rounded(value):
+    """``value`` with every float rounded to 5 significant digits (for a readable JSON)."""
+    if isinstance(value, float):
+        return float(f"{value:.5g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
@@ -120,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help=f"write the JSON here (default: {BOOK_FILE})")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of interleaved calls")
-    parser.add_argument("--repeats", type=int, default=10, help="calls per side per round, at most")
+    parser.add_argument("--repeats", type=int, default=25, help="calls per side per round, at most")
     parser.add_argument(
         "--budget", type=float, default=30.0, help="seconds of timed calls per case, about"
     )
@@ -132,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         cfg = Config.quick_config(device)
     else:
-        cfg = Config(
-            rounds=args.rounds, repeats=args.repeats, budget_s=args.budget, device=device
-        )
+        cfg = Config(rounds=args.rounds, repeats=args.repeats, budget_s=args.budget, device=device)
     names = args.only or list(GROUPS)
     started = datetime.datetime.now(datetime.timezone.utc)
     rows, ok = run_groups(names, cfg)
@@ -157,6 +166,6 @@ def main(argv: list[str] | None = None) -> int:
     if out is None and not (args.quick or args.only):
         out = BOOK_FILE
     if out is not None:
-        out.write_text(json.dumps(record, indent=1) + "\n")
+        out.write_text(json.dumps(rounded(record), indent=1) + "\n")
         print(f"written to {out}")
     return 0 if ok else 1
