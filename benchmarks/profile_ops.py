@@ -18,7 +18,6 @@ import argparse
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import bench_attention, bench_gpt
@@ -37,13 +36,7 @@ def _attention_case(t: int, b: int):
     x = torch.randn(b, t, width, requires_grad=True)
     grad = torch.randn(b, t, width)
     fns = {n: bench_attention.forward_backward(m, x, grad) for n, m in models.items()}
-    sdpa = fns["SDPA"]
-
-    def math_path():
-        with sdpa_kernel(SDPBackend.MATH):
-            sdpa()
-
-    return {**fns, "SDPA, math backend": math_path}
+    return {**fns, "SDPA, math backend": bench_attention.math_backend(fns["SDPA"])}
 
 
 def _gpt_case():
