@@ -15,6 +15,7 @@ is the result: the machines are shared and absolute times drift.
 ``bench_grading``      batch grading of 30 submissions (goal: under 2 minutes)
 ``harness``            interleaved timing, peak memory, goals
 ``run``                the command line
+``profile_ops``        where one case's time and memory go, op by op (``torch.profiler``)
 =====================  =========================================================
 
 No test asserts a time: ``tests/test_benchmarks.py`` runs ``--quick`` so the
