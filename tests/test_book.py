@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import yaml
@@ -78,3 +79,7 @@ def test_status_page_lists_every_notebook(book_build):
     sweep = html[html.index('class="table course-sweep"') :]
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert f"notebooks/{nb.name}" in sweep, f"{nb.name} missing from the sweep table"
+    # the last side-by-side benchmarks (book/benchmarks.json), by the course-benchmarks directive
+    assert 'class="table course-benchmarks"' in html, "the benchmark table is missing"
+    rows = json.loads((ROOT / "book" / "benchmarks.json").read_text())["rows"]
+    assert html.count('<tr class="bench-') == len(rows), "a benchmark row is missing"

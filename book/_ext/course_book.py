@@ -10,6 +10,11 @@
   (``book/sweep.json``, written by ``python -m course_lib.sweep``): which
   notebook passed under which seed and thread count, in how many seconds, and
   the spread of every number the notebooks ``record``.
+- The ``course-benchmarks`` directive renders the last side-by-side benchmark
+  table (``book/benchmarks.json``, written by ``python -m benchmarks``): for
+  each row the median of ours and of the trusted peer, their ratio with its
+  spread over rounds, the goal and whether it is met, with the date and the
+  hardware line of the run.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -28,6 +33,7 @@ from sphinx.util.docutils import SphinxDirective
 
 BUDGET_SECONDS = 60.0
 SWEEP_FILE = Path(__file__).resolve().parents[1] / "sweep.json"
+BENCHMARKS_FILE = Path(__file__).resolve().parents[1] / "benchmarks.json"
 
 
 class CourseHardware(SphinxDirective):
@@ -146,6 +152,72 @@ class CourseSweep(SphinxDirective):
         return [nodes.raw("", _sweep_tables(data), format="html")]
 
 
+def _fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+
+
+def _benchmark_table(data: dict) -> str:
+    """HTML for the benchmarks: one row per comparison, ours vs the peer, ratio, goal, met."""
+    rows = data.get("rows", [])
+    if not rows:
+        return "<p>No benchmark has been recorded yet.</p>"
+    body = []
+    for r in rows:
+        esc = {k: html.escape(str(r.get(k, ""))) for k in ("what", "size", "ours", "peer")}
+        head = (
+            f"<td>{esc['what']}</td><td>{esc['size']}</td>"
+            f"<td>{esc['ours']}</td><td>{esc['peer']}</td>"
+        )
+        if r.get("skipped"):
+            why = html.escape(r["skipped"])
+            body.append(f'<tr class="bench-skipped">{head}<td colspan="5">skipped: {why}</td></tr>')
+            continue
+        unit = html.escape(r.get("unit", ""))
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}&times;"
+        if r.get("ratio_min") is not None:
+            ratio += f" ({r['ratio_min']:.2f} to {r['ratio_max']:.2f})"
+        if r.get("goal_ratio") is not None:
+            goal = f"&le; {r['goal_ratio']:g}&times;"
+        elif r.get("goal_value") is not None:
+            goal = f"&le; {r['goal_value']:g} {unit}"
+        else:
+            goal = "report only"
+        met = {True: "yes", False: "<b>no</b>"}.get(r.get("met"), "-")
+        css = {True: "bench-met", False: "bench-missed"}.get(r.get("met"), "bench-report")
+        body.append(
+            f'<tr class="{css}">{head}<td>{_fmt_value(r.get("ours_value"), unit)}</td>'
+            f"<td>{_fmt_value(r.get('peer_value'), unit)}</td><td>{ratio}</td>"
+            f"<td>{goal}</td><td>{met}</td></tr>"
+        )
+    judged = [r for r in rows if r.get("met") is not None]
+    met = sum(1 for r in judged if r["met"])
+    threads = data.get("threads", "?")
+    intro = (
+        f"<p>{met} of {len(judged)} goals met. Run {html.escape(str(data.get('date', '?')))} "
+        f"with <code>{html.escape(str(data.get('command', 'python -m benchmarks')))}</code> on "
+        f"{html.escape(str(data.get('hardware', '?')))}, {html.escape(str(threads))} thread(s), "
+        f"device {html.escape(str(data.get('device', 'cpu')))}.</p>"
+    )
+    table = (
+        '<table class="table course-benchmarks"><thead><tr><th>benchmark</th><th>size</th>'
+        "<th>ours</th><th>peer</th><th>ours (median)</th><th>peer (median)</th>"
+        "<th>ratio ours / peer (range over rounds)</th><th>goal</th><th>met</th></tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+    return intro + "\n" + table
+
+
+class CourseBenchmarks(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(BENCHMARKS_FILE))
+        data = json.loads(BENCHMARKS_FILE.read_text()) if BENCHMARKS_FILE.exists() else {}
+        return [nodes.raw("", _benchmark_table(data), format="html")]
+
+
 def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -166,6 +238,7 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("course-hardware", CourseHardware)
     app.add_directive("course-heavy-notebooks", CourseHeavyNotebooks)
     app.add_directive("course-sweep", CourseSweep)
+    app.add_directive("course-benchmarks", CourseBenchmarks)
     app.add_node(_HeavyNotebooks)
     app.add_post_transform(_FillHeavyNotebooks)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
