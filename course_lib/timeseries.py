@@ -247,7 +247,11 @@ class PatchForecaster(nn.Module):
         b, length, c = x.shape
         if self.n_exog:
             if exog is None:
-                raise ValueError("PatchForecaster: this model was built with n_exog > 0: pass exog")
+                raise ValueError(
+                    f"PatchForecaster: this model was built with n_exog={self.n_exog}, so it "
+                    f"needs exog [B, T_in + T_out={self.context + self.horizon}, "
+                    f"C_x={self.n_exog}]: the covariates over the window and the horizon"
+                )
             dims = [("B", b), ("T_in + T_out", self.context + self.horizon), ("C_x", self.n_exog)]
             expect_shape("PatchForecaster", "exog", exog, dims)
         elif exog is not None:

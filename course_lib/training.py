@@ -290,8 +290,13 @@ def train(
     :class:`EarlyStopping`, :class:`Checkpoint`, :class:`MixedPrecision`).
     """
     params = [p for p in model.parameters() if p.requires_grad]
-    if steps < 0 or not params:
-        raise ValueError(f"train: need steps >= 0 and trainable parameters (steps={steps})")
+    if steps < 0:
+        raise ValueError(f"train: steps must be >= 0, got {steps}")
+    if not params:
+        raise ValueError(
+            "train: the model has no trainable parameters (all have requires_grad=False); "
+            "unfreeze some, e.g. with p.requires_grad_(True)"
+        )
     opt = (
         optimizer(params) if optimizer else torch.optim.AdamW(params, lr, weight_decay=weight_decay)
     )

@@ -43,6 +43,7 @@ import pytest
 
 from course_lib.grading.notebook import cell_source, read_notebook
 from course_lib.grading.sandbox import SandboxUnavailable, require_bwrap
+from tests.test_grading import _code_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = ROOT / "tests" / "fixtures" / "hidden_examples"
@@ -409,16 +410,6 @@ EXPECTED_FLAGS = {
 }
 
 
-def _cell(source: str) -> dict:
-    return {
-        "cell_type": "code",
-        "metadata": {},
-        "source": source,
-        "outputs": [],
-        "execution_count": None,
-    }
-
-
 def _write_batch(folder: Path) -> dict[str, str]:
     """Write the batch; return {file name: kind} with kind honest, hang, hostile or malformed."""
     stub = read_notebook(ROOT / "exercises" / "ch01_lstm_cell.ipynb")
@@ -426,14 +417,14 @@ def _write_batch(folder: Path) -> dict[str, str]:
     kinds = {}
     for name, source in ATTACKS.items():
         nb = copy.deepcopy(stub)
-        nb["cells"].append(_cell(source))
+        nb["cells"].append(_code_cell(source))
         (folder / f"{name}.ipynb").write_text(json.dumps(nb))
         kinds[f"{name}.ipynb"] = "hostile"
     for name in ("honest_a", "honest_b"):
         shutil.copy(ROOT / "solutions" / "ch01_lstm_cell.ipynb", folder / f"{name}.ipynb")
         kinds[f"{name}.ipynb"] = "honest"
     hang = copy.deepcopy(solution)
-    hang["cells"].append(_cell(HANG_Q3))
+    hang["cells"].append(_code_cell(HANG_Q3))
     (folder / "honest_but_q3_hangs.ipynb").write_text(json.dumps(hang))
     kinds["honest_but_q3_hangs.ipynb"] = "hang"
     malformed = {

@@ -88,6 +88,10 @@ def test_forecaster_shapes_channel_independence_and_errors():
     assert exo(x, torch.randn(3, 60, 3)).shape == (3, 12, 4)
     with pytest.raises(ValueError, match=r"exog must be \[B=3, T_in \+ T_out=60, C_x=3\]"):
         exo(x, torch.randn(3, 48, 3))
+    with pytest.raises(
+        ValueError, match=r"built with n_exog=3, so it needs exog \[B, T_in \+ T_out=60"
+    ):
+        exo(x)
     with pytest.raises(ValueError, match="n_exog=0"):
         model(x, torch.randn(3, 60, 3))
 

@@ -95,8 +95,11 @@ def test_the_core_loop_returns_one_loss_per_step_and_updates_the_weights():
     assert type(losses) is list and len(losses) == 5 and all(type(v) is float for v in losses)
     assert not torch.equal(model[0].weight, before)
     assert model.training  # left in training mode
-    with pytest.raises(ValueError, match="steps"):
+    with pytest.raises(ValueError, match="steps must be >= 0, got -1"):
         train(model, _make_batch, _loss, steps=-1, progress=False)
+    model.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        train(model, _make_batch, _loss, steps=1, progress=False)
 
 
 def test_the_loop_stops_on_a_non_finite_loss():
