@@ -42,7 +42,7 @@ from course_lib.runtime import (
     seed_everything,
     setup_notebook,
 )
-from course_lib.show import html_table, max_diff, show_source
+from course_lib.show import html_table, max_diff, moving_average, show_source
 
 __version__ = "0.1.0"
 
@@ -55,6 +55,7 @@ __all__ = [
     "show_source",
     "html_table",
     "max_diff",
+    "moving_average",
     "record",
     "__version__",
 ]

@@ -1,13 +1,16 @@
-"""What notebooks display: library source (so the book never redefines it), tables, differences."""
+"""What notebooks display: library source (so the book never redefines it), tables, differences,
+smoothed curves."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
+import numpy as np
+
 from course_lib.shapes import fmt_shape
 
-__all__ = ["show_source", "html_table", "max_diff"]
+__all__ = ["show_source", "html_table", "max_diff", "moving_average"]
 
 
 def show_source(obj: Any) -> Any:
@@ -62,3 +65,21 @@ def max_diff(a: Any, b: Any) -> float:
     if a.shape != b.shape:
         raise ValueError(f"max_diff: shapes differ, {fmt_shape(a.shape)} vs {fmt_shape(b.shape)}")
     return (a - b).abs().max().item()
+
+
+def moving_average(values: Any, k: int = 10) -> np.ndarray:
+    """The mean of each window of ``k`` consecutive values, for plotting a noisy curve.
+
+    ``values``: a sequence of N numbers (a list, array or 1-d tensor). Returns
+    N - k + 1 means (``np.convolve``'s "valid" mode), so the first point is the
+    mean of steps 0..k-1; nothing is padded, so the ends are not biased to zero.
+    """
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1:
+        raise ValueError(f"moving_average: values must be 1-d, got shape {v.shape}")
+    if not 1 <= k <= len(v):
+        raise ValueError(
+            f"moving_average: the window k={k} must be between 1 and the number of values "
+            f"({len(v)}); pass a smaller k or more values"
+        )
+    return np.convolve(v, np.ones(k) / k, mode="valid")

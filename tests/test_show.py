@@ -1,10 +1,11 @@
 """course_lib.show: what notebooks display."""
 
+import numpy as np
 import pytest
 import torch
 
 import course_lib
-from course_lib.show import html_table, max_diff, show_source
+from course_lib.show import html_table, max_diff, moving_average, show_source
 
 
 def test_show_source_returns_the_source():
@@ -32,3 +33,14 @@ def test_max_diff():
         max_diff(a, a[:2])
     with pytest.raises(ValueError, match="tuples of equal length"):
         max_diff((a,), (a, a))
+
+
+def test_moving_average_matches_a_loop_and_rejects_bad_windows():
+    v = np.random.default_rng(0).normal(size=37)
+    loop = [v[i : i + 5].mean() for i in range(len(v) - 4)]
+    assert np.allclose(moving_average(v, 5), loop)
+    assert np.allclose(moving_average(torch.arange(4.0), 1), [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="between 1 and"):
+        moving_average([1.0, 2.0], k=3)
+    with pytest.raises(ValueError, match="1-d"):
+        moving_average(np.zeros((2, 3)))
