@@ -1,4 +1,4 @@
-"""A small GPT: a decoder-only character language model, sampling and LoRA (Chapter 11).
+"""A small GPT: a decoder-only character language model, sampling, LoRA and adapters (Chapter 11).
 
 The model is the library's decoder-only Transformer
 (:class:`course_lib.transformer.DecoderOnly`: token and learned position
@@ -14,6 +14,9 @@ what a language model needs around it:
 * LoRA (11.4) ``y = W x + b + (alpha / r) B A x`` with ``W`` frozen, ``A`` [r, in],
   ``B`` [out, r] = 0 at the start (:class:`LoRALinear`, :func:`add_lora`,
   :func:`merge_lora`);
+* bottleneck adapters (11.5) ``h + W_up phi(W_down h + b_down) + b_up`` on a
+  frozen sub-layer's output ``h``, ``W_up`` = 0 at the start
+  (:class:`BottleneckAdapter`, :func:`add_adapters`);
 * a weight converter from Hugging Face's ``GPT2Model`` (:func:`load_gpt2_weights`),
   which the tests use to check the blocks against GPT-2.
 """
@@ -28,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.lm import evaluate_lm
-from course_lib.transformer import DecoderOnly
+from course_lib.transformer import ACTIVATIONS, DecoderOnly
 
 __all__ = [
     "GPT",
@@ -39,6 +42,8 @@ __all__ = [
     "LoRALinear",
     "add_lora",
     "merge_lora",
+    "BottleneckAdapter",
+    "add_adapters",
     "count_parameters",
     "load_gpt2_weights",
 ]
@@ -223,6 +228,19 @@ def _replace(model: nn.Module, pick, make) -> int:
     return len(names)
 
 
+def _freeze_for(where: str, model: nn.Module, targets: tuple[str, ...]) -> None:
+    """Check that some ``nn.Linear`` of ``model`` is named in ``targets``, then freeze it all."""
+    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    if not any(n.rsplit(".", 1)[-1] in targets for n in linears):
+        names = sorted({n.rsplit(".", 1)[-1] for n in linears})
+        raise ValueError(
+            f"{where}: no nn.Linear named {targets} in the model; its nn.Linear layers "
+            f"are named {names[:8]}{' ...' if len(names) > 8 else ''}"
+        )
+    for p in model.parameters():
+        p.requires_grad_(False)
+
+
 def add_lora(
     model: nn.Module,
     r: int = 4,
@@ -232,17 +250,11 @@ def add_lora(
     """Freeze ``model`` and wrap every ``nn.Linear`` whose name ends in ``targets`` (in place).
 
     Default targets: each block's attention output projection and both
-    feed-forward layers.  Returns the model; only the LoRA factors train.
+    feed-forward layers.  The query, key and value projections are one fused
+    parameter (``in_proj_weight`` [3D, D]), not an ``nn.Linear``, so they cannot
+    be wrapped.  Returns the model; only the LoRA factors train.
     """
-    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
-    if not any(n.rsplit(".", 1)[-1] in targets for n in linears):
-        names = sorted({n.rsplit(".", 1)[-1] for n in linears})
-        raise ValueError(
-            f"add_lora: no nn.Linear named {targets} in the model; its nn.Linear layers "
-            f"are named {names[:8]}{' ...' if len(names) > 8 else ''}"
-        )
-    for p in model.parameters():
-        p.requires_grad_(False)
+    _freeze_for("add_lora", model, targets)
     _replace(
         model,
         lambda name, m: type(m) is nn.Linear and name.rsplit(".", 1)[-1] in targets,
@@ -254,6 +266,64 @@ def add_lora(
 def merge_lora(model: nn.Module) -> nn.Module:
     """Replace every :class:`LoRALinear` by its merged ``nn.Linear`` (in place); returns the model."""
     _replace(model, lambda name, m: isinstance(m, LoRALinear), lambda m: m.merged())
+    return model
+
+
+class BottleneckAdapter(nn.Module):
+    """A frozen sub-layer output followed by a small trainable bottleneck, Chapter 11, (11.5).
+
+    Houlsby et al. (2019) insert, after each sub-layer (attention, feed-forward)
+    and before its residual sum, ``h -> h + W_up phi(W_down h + b_down) + b_up``
+    with ``W_down`` [m, D], ``W_up`` [D, m] and a bottleneck ``m << D``.  Here the
+    adapter wraps the sub-layer's last ``nn.Linear`` (``base``, [D_in -> D]), so
+    ``forward(x [..., D_in]) -> [..., D]`` is ``h = base(x)`` plus the bottleneck
+    of ``h``.  ``W_up`` and ``b_up`` start at zero: the wrapped layer starts
+    equal to the base (the paper uses a near-zero initialisation).  It trains
+    ``2 m D + m + D`` parameters.  Unlike LoRA it cannot be merged into ``base``
+    (``phi`` is in the way), so it adds a little work at inference.
+    """
+
+    def __init__(self, base: nn.Linear, bottleneck: int = 8, activation: str = "gelu") -> None:
+        super().__init__()
+        if bottleneck < 1:
+            raise ValueError(f"BottleneckAdapter: bottleneck must be >= 1, got {bottleneck}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"BottleneckAdapter: activation must be one of {tuple(ACTIVATIONS)}, "
+                f"got {activation!r}"
+            )
+        self.base, self.activation = base, activation
+        for p in base.parameters():
+            p.requires_grad_(False)
+        d, w = base.out_features, base.weight
+        self.down = nn.Linear(d, bottleneck, device=w.device, dtype=w.dtype)  # W_down [m, D]
+        self.up = nn.Linear(bottleneck, d, device=w.device, dtype=w.dtype)  #   W_up   [D, m]
+        nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.up.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.base(x)  #                                                    [..., D]
+        return h + self.up(ACTIVATIONS[self.activation](self.down(h)))  # (11.5)
+
+
+def add_adapters(
+    model: nn.Module,
+    bottleneck: int = 8,
+    targets: tuple[str, ...] = ("out_proj", "linear2"),
+    activation: str = "gelu",
+) -> nn.Module:
+    """Freeze ``model`` and put a :class:`BottleneckAdapter` after each ``targets`` layer (in place).
+
+    The defaults, each block's attention output projection and the feed-forward
+    block's second layer, are the last layers of the two sub-layers: Houlsby's
+    two adapters per block.  Returns the model; only the adapters train.
+    """
+    _freeze_for("add_adapters", model, targets)
+    _replace(
+        model,
+        lambda name, m: type(m) is nn.Linear and name.rsplit(".", 1)[-1] in targets,
+        lambda m: BottleneckAdapter(m, bottleneck, activation),
+    )
     return model
 
 
