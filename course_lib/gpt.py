@@ -10,7 +10,8 @@ what a language model needs around it:
   (:func:`evaluate`); the data, the loss and the training loop of every
   language model of the course are in :mod:`course_lib.lm`;
 * checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`);
-* sampling with a temperature and top-k (11.3), seeded (:func:`sample`);
+* sampling with a temperature and top-k (11.3), seeded (:func:`sample`), from
+  the distribution :func:`next_token_probs`;
 * LoRA (11.4) ``y = W x + b + (alpha / r) B A x`` with ``W`` frozen, ``A`` [r, in],
   ``B`` [out, r] = 0 at the start (:class:`LoRALinear`, :func:`add_lora`,
   :func:`merge_lora`);
@@ -39,6 +40,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "sample",
+    "next_token_probs",
     "LoRALinear",
     "add_lora",
     "merge_lora",
@@ -130,6 +132,30 @@ def load_checkpoint(path: str | Path, map_location=None) -> tuple[GPT, dict]:
     return model, ckpt["extra"]
 
 
+def _check_knobs(where: str, temperature: float, top_k: int | None) -> None:
+    if temperature < 0:
+        raise ValueError(f"{where}: temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"{where}: top_k must be >= 1 or None, got {top_k}")
+
+
+def next_token_probs(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+    """The distribution that :func:`sample` draws from, Chapter 11, (11.3): [..., V] -> [..., V].
+
+    ``softmax(logits / temperature)`` over the ``top_k`` largest logits; the
+    others get probability 0 (a logit tied with the k-th largest is kept).
+    ``temperature=0`` is the limit: all the mass on the largest logit (greedy).
+    """
+    _check_knobs("next_token_probs", temperature, top_k)
+    if temperature == 0:
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    z = logits / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = z.topk(top_k, dim=-1).values[..., -1:]  #                        [..., 1]
+        z = z.masked_fill(z < kth, float("-inf"))
+    return F.softmax(z, -1)
+
+
 @torch.no_grad()
 def sample(
     model: nn.Module,
@@ -143,14 +169,12 @@ def sample(
     """Continue ``prompt`` [T] (or [B, T]) by ``steps`` sampled tokens, Chapter 11, (11.3).
 
     ``p = softmax(z / temperature)`` over the ``top_k`` largest logits only
-    (others get probability 0); ``temperature=0`` is greedy decoding.  The
+    (others get probability 0, :func:`next_token_probs`); ``temperature=0`` is
+    greedy decoding.  The
     draws use their own generator seeded with ``seed``: the same call returns
     the same tokens.  The context is cut to the model's last ``max_len`` tokens.
     """
-    if temperature < 0:
-        raise ValueError(f"sample: temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"sample: top_k must be >= 1 or None, got {top_k}")
+    _check_knobs("sample", temperature, top_k)
     device = next(model.parameters()).device
     tokens = (prompt[None] if prompt.dim() == 1 else prompt).to(device)
     g = torch.Generator(device=device).manual_seed(seed)
@@ -161,11 +185,8 @@ def sample(
         if temperature == 0:
             nxt = logits.argmax(-1, keepdim=True)
         else:
-            logits = logits / temperature
-            if top_k is not None and top_k < logits.shape[-1]:
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]  #              [B, 1]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=g)  #  [B, 1]
+            probs = next_token_probs(logits, temperature, top_k)  #             [B, V]
+            nxt = torch.multinomial(probs, 1, generator=g)  #                  [B, 1]
         tokens = torch.cat([tokens, nxt], dim=1)
     model.train(was_training)
     return tokens[0] if prompt.dim() == 1 else tokens

@@ -179,3 +179,23 @@ def test_adapters_bad_input():
     with pytest.raises(ValueError, match="add_adapters: no nn.Linear named.*linear2"):
         gpt.add_adapters(model, targets=("v_proj",))
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_next_token_probs_matches_transformers_warpers():
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    ids = torch.zeros(3, 1, dtype=torch.long)  # the warpers ignore the prefix
+    for tau, k in ((1.0, None), (0.5, None), (1.7, 5), (0.8, 1), (1.0, 50)):
+        z = TemperatureLogitsWarper(tau)(ids, logits.clone())
+        if k is not None:
+            z = TopKLogitsWarper(k)(ids, z)
+        expected = torch.softmax(z, -1)
+        got = gpt.next_token_probs(logits, tau, k)
+        assert torch.allclose(got, expected, atol=1e-6), (tau, k)
+    greedy = gpt.next_token_probs(logits, 0.0)
+    assert torch.equal(greedy.argmax(-1), logits.argmax(-1)) and torch.equal(
+        greedy.sum(-1), torch.ones(3)
+    )
+    with pytest.raises(ValueError, match="next_token_probs: top_k must be >= 1"):
+        gpt.next_token_probs(logits, 1.0, top_k=0)
