@@ -1,4 +1,4 @@
-"""A small GPT: a decoder-only character language model, sampling and LoRA (Chapter 11).
+"""A small GPT: a decoder-only character language model, sampling, LoRA and adapters (Chapter 11).
 
 The model is the library's decoder-only Transformer
 (:class:`course_lib.transformer.DecoderOnly`: token and learned position
@@ -10,10 +10,14 @@ what a language model needs around it:
   (:func:`evaluate`); the data, the loss and the training loop of every
   language model of the course are in :mod:`course_lib.lm`;
 * checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`);
-* sampling with a temperature and top-k (11.3), seeded (:func:`sample`);
+* sampling with a temperature and top-k (11.3), seeded (:func:`sample`), from
+  the distribution :func:`next_token_probs`;
 * LoRA (11.4) ``y = W x + b + (alpha / r) B A x`` with ``W`` frozen, ``A`` [r, in],
   ``B`` [out, r] = 0 at the start (:class:`LoRALinear`, :func:`add_lora`,
   :func:`merge_lora`);
+* bottleneck adapters (11.5) ``h + W_up phi(W_down h + b_down) + b_up`` on a
+  frozen sub-layer's output ``h``, ``W_up`` = 0 at the start
+  (:class:`BottleneckAdapter`, :func:`add_adapters`);
 * a weight converter from Hugging Face's ``GPT2Model`` (:func:`load_gpt2_weights`),
   which the tests use to check the blocks against GPT-2.
 """
@@ -28,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.lm import evaluate_lm
-from course_lib.transformer import DecoderOnly
+from course_lib.transformer import ACTIVATIONS, DecoderOnly
 
 __all__ = [
     "GPT",
@@ -36,9 +40,12 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "sample",
+    "next_token_probs",
     "LoRALinear",
     "add_lora",
     "merge_lora",
+    "BottleneckAdapter",
+    "add_adapters",
     "count_parameters",
     "load_gpt2_weights",
 ]
@@ -125,6 +132,30 @@ def load_checkpoint(path: str | Path, map_location=None) -> tuple[GPT, dict]:
     return model, ckpt["extra"]
 
 
+def _check_knobs(where: str, temperature: float, top_k: int | None) -> None:
+    if temperature < 0:
+        raise ValueError(f"{where}: temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"{where}: top_k must be >= 1 or None, got {top_k}")
+
+
+def next_token_probs(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+    """The distribution that :func:`sample` draws from, Chapter 11, (11.3): [..., V] -> [..., V].
+
+    ``softmax(logits / temperature)`` over the ``top_k`` largest logits; the
+    others get probability 0 (a logit tied with the k-th largest is kept).
+    ``temperature=0`` is the limit: all the mass on the largest logit (greedy).
+    """
+    _check_knobs("next_token_probs", temperature, top_k)
+    if temperature == 0:
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    z = logits / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = z.topk(top_k, dim=-1).values[..., -1:]  #                        [..., 1]
+        z = z.masked_fill(z < kth, float("-inf"))
+    return F.softmax(z, -1)
+
+
 @torch.no_grad()
 def sample(
     model: nn.Module,
@@ -138,14 +169,12 @@ def sample(
     """Continue ``prompt`` [T] (or [B, T]) by ``steps`` sampled tokens, Chapter 11, (11.3).
 
     ``p = softmax(z / temperature)`` over the ``top_k`` largest logits only
-    (others get probability 0); ``temperature=0`` is greedy decoding.  The
+    (others get probability 0, :func:`next_token_probs`); ``temperature=0`` is
+    greedy decoding.  The
     draws use their own generator seeded with ``seed``: the same call returns
     the same tokens.  The context is cut to the model's last ``max_len`` tokens.
     """
-    if temperature < 0:
-        raise ValueError(f"sample: temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"sample: top_k must be >= 1 or None, got {top_k}")
+    _check_knobs("sample", temperature, top_k)
     device = next(model.parameters()).device
     tokens = (prompt[None] if prompt.dim() == 1 else prompt).to(device)
     g = torch.Generator(device=device).manual_seed(seed)
@@ -156,11 +185,8 @@ def sample(
         if temperature == 0:
             nxt = logits.argmax(-1, keepdim=True)
         else:
-            logits = logits / temperature
-            if top_k is not None and top_k < logits.shape[-1]:
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]  #              [B, 1]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=g)  #  [B, 1]
+            probs = next_token_probs(logits, temperature, top_k)  #             [B, V]
+            nxt = torch.multinomial(probs, 1, generator=g)  #                  [B, 1]
         tokens = torch.cat([tokens, nxt], dim=1)
     model.train(was_training)
     return tokens[0] if prompt.dim() == 1 else tokens
@@ -223,6 +249,19 @@ def _replace(model: nn.Module, pick, make) -> int:
     return len(names)
 
 
+def _freeze_for(where: str, model: nn.Module, targets: tuple[str, ...]) -> None:
+    """Check that some ``nn.Linear`` of ``model`` is named in ``targets``, then freeze it all."""
+    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    if not any(n.rsplit(".", 1)[-1] in targets for n in linears):
+        names = sorted({n.rsplit(".", 1)[-1] for n in linears})
+        raise ValueError(
+            f"{where}: no nn.Linear named {targets} in the model; its nn.Linear layers "
+            f"are named {names[:8]}{' ...' if len(names) > 8 else ''}"
+        )
+    for p in model.parameters():
+        p.requires_grad_(False)
+
+
 def add_lora(
     model: nn.Module,
     r: int = 4,
@@ -232,17 +271,11 @@ def add_lora(
     """Freeze ``model`` and wrap every ``nn.Linear`` whose name ends in ``targets`` (in place).
 
     Default targets: each block's attention output projection and both
-    feed-forward layers.  Returns the model; only the LoRA factors train.
+    feed-forward layers.  The query, key and value projections are one fused
+    parameter (``in_proj_weight`` [3D, D]), not an ``nn.Linear``, so they cannot
+    be wrapped.  Returns the model; only the LoRA factors train.
     """
-    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
-    if not any(n.rsplit(".", 1)[-1] in targets for n in linears):
-        names = sorted({n.rsplit(".", 1)[-1] for n in linears})
-        raise ValueError(
-            f"add_lora: no nn.Linear named {targets} in the model; its nn.Linear layers "
-            f"are named {names[:8]}{' ...' if len(names) > 8 else ''}"
-        )
-    for p in model.parameters():
-        p.requires_grad_(False)
+    _freeze_for("add_lora", model, targets)
     _replace(
         model,
         lambda name, m: type(m) is nn.Linear and name.rsplit(".", 1)[-1] in targets,
@@ -254,6 +287,64 @@ def add_lora(
 def merge_lora(model: nn.Module) -> nn.Module:
     """Replace every :class:`LoRALinear` by its merged ``nn.Linear`` (in place); returns the model."""
     _replace(model, lambda name, m: isinstance(m, LoRALinear), lambda m: m.merged())
+    return model
+
+
+class BottleneckAdapter(nn.Module):
+    """A frozen sub-layer output followed by a small trainable bottleneck, Chapter 11, (11.5).
+
+    Houlsby et al. (2019) insert, after each sub-layer (attention, feed-forward)
+    and before its residual sum, ``h -> h + W_up phi(W_down h + b_down) + b_up``
+    with ``W_down`` [m, D], ``W_up`` [D, m] and a bottleneck ``m << D``.  Here the
+    adapter wraps the sub-layer's last ``nn.Linear`` (``base``, [D_in -> D]), so
+    ``forward(x [..., D_in]) -> [..., D]`` is ``h = base(x)`` plus the bottleneck
+    of ``h``.  ``W_up`` and ``b_up`` start at zero: the wrapped layer starts
+    equal to the base (the paper uses a near-zero initialisation).  It trains
+    ``2 m D + m + D`` parameters.  Unlike LoRA it cannot be merged into ``base``
+    (``phi`` is in the way), so it adds a little work at inference.
+    """
+
+    def __init__(self, base: nn.Linear, bottleneck: int = 8, activation: str = "gelu") -> None:
+        super().__init__()
+        if bottleneck < 1:
+            raise ValueError(f"BottleneckAdapter: bottleneck must be >= 1, got {bottleneck}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"BottleneckAdapter: activation must be one of {tuple(ACTIVATIONS)}, "
+                f"got {activation!r}"
+            )
+        self.base, self.activation = base, activation
+        for p in base.parameters():
+            p.requires_grad_(False)
+        d, w = base.out_features, base.weight
+        self.down = nn.Linear(d, bottleneck, device=w.device, dtype=w.dtype)  # W_down [m, D]
+        self.up = nn.Linear(bottleneck, d, device=w.device, dtype=w.dtype)  #   W_up   [D, m]
+        nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.up.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.base(x)  #                                                    [..., D]
+        return h + self.up(ACTIVATIONS[self.activation](self.down(h)))  # (11.5)
+
+
+def add_adapters(
+    model: nn.Module,
+    bottleneck: int = 8,
+    targets: tuple[str, ...] = ("out_proj", "linear2"),
+    activation: str = "gelu",
+) -> nn.Module:
+    """Freeze ``model`` and put a :class:`BottleneckAdapter` after each ``targets`` layer (in place).
+
+    The defaults, each block's attention output projection and the feed-forward
+    block's second layer, are the last layers of the two sub-layers: Houlsby's
+    two adapters per block.  Returns the model; only the adapters train.
+    """
+    _freeze_for("add_adapters", model, targets)
+    _replace(
+        model,
+        lambda name, m: type(m) is nn.Linear and name.rsplit(".", 1)[-1] in targets,
+        lambda m: BottleneckAdapter(m, bottleneck, activation),
+    )
     return model
 
 

@@ -1,7 +1,10 @@
 """Chapter 11: the GPT from the library's blocks, matched to GPT-2; sampling; checkpoints; LoRA."""
 
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import GPT2Config, GPT2Model
 
 from course_lib import gpt, lm
@@ -131,3 +134,68 @@ def test_error_messages():
     model = small_gpt()  # max_len=16
     with pytest.raises(ValueError, match="max_len=16"):
         gpt.evaluate(model, torch.arange(200) % 50, block=32)
+
+
+def test_adapters_start_as_identity_and_sit_before_the_residual():
+    model = small_gpt()  # d_model 32, 2 layers
+    total = gpt.count_parameters(model)
+    reference = copy.deepcopy(model)
+    x = torch.randint(50, (2, 12))
+    with torch.no_grad():
+        before = model(x)
+    gpt.add_adapters(model, bottleneck=3)
+    d, m = 32, 3
+    per_adapter = 2 * d * m + m + d  # W_down, b_down, W_up, b_up
+    assert gpt.count_parameters(model, trainable=True) == 2 * 2 * per_adapter  # 2 per block
+    assert gpt.count_parameters(model) == total + 4 * per_adapter
+    assert all(
+        p.requires_grad == (".down." in n or ".up." in n) for n, p in model.named_parameters()
+    )
+    with torch.no_grad():
+        assert torch.equal(model(x), before)  # W_up = 0: the pretrained model, exactly
+        for a in model.modules():
+            if isinstance(a, gpt.BottleneckAdapter):
+                a.up.weight.normal_()
+                a.up.bias.normal_()
+        # By hand, block 0 (pre-norm, (4.3)) with an adapter (11.5) on each sub-layer's
+        # output, before its residual sum, using the unadapted reference's sub-layers.
+        block, ref = model.blocks.layers[0], reference.blocks.layers[0]
+        e = reference.embed(x)
+        attn = block.self_attn.out_proj
+        h = ref.self_attn(ref.norm1(e), is_causal=True)[0]
+        y = e + h + attn.up(F.gelu(attn.down(h)))
+        ff = block.ff.linear2
+        h = ref.ff(ref.norm2(y))
+        expected = y + h + ff.up(F.gelu(ff.down(h)))
+        got = block(e, is_causal=True)
+    assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
+    assert (got - ref(e, is_causal=True)).abs().max() > 1e-2  # the adapters do something
+
+
+def test_adapters_bad_input():
+    with pytest.raises(ValueError, match="bottleneck must be >= 1"):
+        gpt.BottleneckAdapter(torch.nn.Linear(4, 4), bottleneck=0)
+    model = small_gpt()
+    with pytest.raises(ValueError, match="add_adapters: no nn.Linear named.*linear2"):
+        gpt.add_adapters(model, targets=("v_proj",))
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_next_token_probs_matches_transformers_warpers():
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    ids = torch.zeros(3, 1, dtype=torch.long)  # the warpers ignore the prefix
+    for tau, k in ((1.0, None), (0.5, None), (1.7, 5), (0.8, 1), (1.0, 50)):
+        z = TemperatureLogitsWarper(tau)(ids, logits.clone())
+        if k is not None:
+            z = TopKLogitsWarper(k)(ids, z)
+        expected = torch.softmax(z, -1)
+        got = gpt.next_token_probs(logits, tau, k)
+        assert torch.allclose(got, expected, atol=1e-6), (tau, k)
+    greedy = gpt.next_token_probs(logits, 0.0)
+    assert torch.equal(greedy.argmax(-1), logits.argmax(-1)) and torch.equal(
+        greedy.sum(-1), torch.ones(3)
+    )
+    with pytest.raises(ValueError, match="next_token_probs: top_k must be >= 1"):
+        gpt.next_token_probs(logits, 1.0, top_k=0)

@@ -105,6 +105,12 @@ def _with_hook(hook: nn.Module) -> tuple[nn.Module, tuple]:
     return attention.MultiHeadAttention(D, HEADS, P, position=hook), (_x(2, 5, D),)
 
 
+def _adapter(base: nn.Linear, bottleneck: int) -> gpt.BottleneckAdapter:
+    adapter = gpt.BottleneckAdapter(base, bottleneck)
+    nn.init.normal_(adapter.up.weight, std=0.5)  # W_up starts at zero: make it do something
+    return adapter
+
+
 def _patch_forecaster(n_exog: int) -> tuple[nn.Module, tuple]:
     model = timeseries.PatchForecaster(
         16, 4, patch_len=4, stride=4, d_model=D, num_heads=HEADS, num_layers=1, d_ff=FF,
@@ -148,6 +154,7 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "Classifier": lambda: (bert.Classifier(bert.BertEncoder(BERT_CFG), 3, P), (_ids(20, 2, 6),)),
     "GPT": lambda: (gpt.GPT(11, D, HEADS, 1, dropout=P, max_len=16), (_ids(11, 2, 6),)),
     "LoRALinear": lambda: (gpt.LoRALinear(nn.Linear(4, 5), r=2), (_x(3, 4),)),
+    "BottleneckAdapter": lambda: (_adapter(nn.Linear(4, 5), 2), (_x(3, 4),)),
     "PatchEmbedding": lambda: (vit.PatchEmbedding(1, D, 2), (_x(2, 1, 4, 4),)),
     "ViT": lambda: (
         vit.ViT(4, 2, 3, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF, dropout=P),
