@@ -4,7 +4,7 @@ Each of ``W`` processes holds a full copy of the model and sees ``1 / W`` of
 every batch.  ``DistributedDataParallel`` (DDP) averages the gradients over the
 processes during ``backward`` (an all-reduce), so every copy takes the same
 step.  With equal shards, the average of the shards' mean losses is the mean
-loss of the full batch, eq. (9.6)::
+loss of the full batch, eq. (9.8)::
 
     (1/W) sum_r grad (1/b) sum_{i in shard r} l_i  =  grad (1/(W b)) sum_i l_i,
 
@@ -65,7 +65,7 @@ def sgd_steps(model: nn.Module, x: Tensor, y: Tensor, steps: int) -> None:
     for _ in range(steps):
         loss = nn.functional.mse_loss(model(x), y)  # mean over this process's examples
         opt.zero_grad(set_to_none=True)
-        loss.backward()  # under DDP: gradients all-reduced (averaged) here, eq. (9.6)
+        loss.backward()  # under DDP: gradients all-reduced (averaged) here, eq. (9.8)
         opt.step()
 
 

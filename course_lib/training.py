@@ -23,8 +23,10 @@ The GAT paper's stopping rule (Chapter 14) is one more callback, in
 The training practices themselves are small functions, each matched to
 PyTorch where PyTorch has one: :func:`label_smoothing_cross_entropy` (eq. 9.3,
 equal to ``nn.CrossEntropyLoss(label_smoothing=...)``), :func:`clip_grad_norm`
-(eq. 9.4, equal to ``nn.utils.clip_grad_norm_``), :func:`drop_path` (eq. 9.5),
-and :func:`torch_warmup_cosine`, the same schedule as :func:`warmup_cosine`
+(eq. 9.4, equal to ``nn.utils.clip_grad_norm_``), :func:`adamw_step` (one
+Adam/AdamW update written from eqs. 9.5-9.6, equal to ``torch.optim.AdamW``, or with
+``decoupled=False`` to ``torch.optim.Adam`` with an L2 penalty), :func:`drop_path`
+(eq. 9.7), and :func:`torch_warmup_cosine`, the same schedule as :func:`warmup_cosine`
 built from ``torch.optim.lr_scheduler``.
 
 Steps are counted from 1: update ``s`` (``s = 1 .. T``) uses the rate
@@ -64,6 +66,7 @@ __all__ = [
     "torch_warmup_cosine",
     "label_smoothing_cross_entropy",
     "clip_grad_norm",
+    "adamw_step",
     "drop_path",
 ]
 
@@ -145,7 +148,7 @@ def torch_warmup_cosine(
 
 
 # ---------------------------------------------------------------------------
-# Regularisers and stabilisers, eqs. (9.3)-(9.5)
+# Regularisers, stabilisers and the optimizer, eqs. (9.3)-(9.7)
 # ---------------------------------------------------------------------------
 
 
@@ -198,8 +201,57 @@ def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
     return total
 
 
+@torch.no_grad()
+def adamw_step(
+    param: Tensor,
+    grad: Tensor,
+    state: dict[str, Any],
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    decoupled: bool = True,
+) -> None:
+    """One Adam update of ``param`` (any shape) in place, Chapter 9, eqs. (9.5)-(9.6).
+
+    ``grad`` is the loss gradient, the same shape as ``param``; ``state`` is an
+    empty dict before the first step and keeps the step count ``t`` and the two
+    moving averages ``m``, ``v`` (each the shape of ``param``) between calls::
+
+        g = grad (+ weight_decay * param   if not decoupled: L2 in the gradient)
+        m = b1 m + (1 - b1) g                  v = b2 v + (1 - b2) g^2
+        m_hat = m / (1 - b1^t)                 v_hat = v / (1 - b2^t)
+        param -= lr * (m_hat / (sqrt(v_hat) + eps) (+ weight_decay * param  if decoupled))
+
+    ``decoupled=True`` is AdamW (equal to ``torch.optim.AdamW``); ``False`` is Adam
+    with an L2 penalty added to the gradient (equal to ``torch.optim.Adam`` with
+    ``weight_decay``), whose decay is then divided by ``sqrt(v_hat)`` like the rest.
+    """
+    if param.shape != grad.shape:
+        raise ValueError(
+            f"adamw_step: param and grad must have one shape, got {fmt_shape(param.shape)} "
+            f"and {fmt_shape(grad.shape)}"
+        )
+    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+        raise ValueError(f"adamw_step: betas must be in [0, 1), got {betas}")
+    b1, b2 = betas
+    if not state:
+        state.update(t=0, m=torch.zeros_like(param), v=torch.zeros_like(param))
+    state["t"] += 1
+    t = state["t"]
+    g = grad if decoupled else grad + weight_decay * param  # L2: the penalty's gradient
+    state["m"].mul_(b1).add_((1 - b1) * g)  # first moment, eq. (9.5)
+    state["v"].mul_(b2).add_((1 - b2) * g * g)  # second moment
+    m_hat = state["m"] / (1 - b1**t)  # bias corrections
+    v_hat = state["v"] / (1 - b2**t)
+    update = m_hat / (v_hat.sqrt() + eps)
+    if decoupled:  # AdamW, eq. (9.6): the decay is not divided by sqrt(v_hat)
+        update = update + weight_decay * param
+    param.sub_(lr * update)
+
+
 def drop_path(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Stochastic depth on one residual branch, Chapter 9, eq. (9.5).
+    """Stochastic depth on one residual branch, Chapter 9, eq. (9.7).
 
     In training, each example of the batch (dimension 0) keeps the branch with
     probability ``1 - p`` and is scaled by ``1 / (1 - p)`` (so the expectation is

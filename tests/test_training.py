@@ -14,6 +14,7 @@ from course_lib.training import (
     EarlyStopping,
     MixedPrecision,
     Schedule,
+    adamw_step,
     clip_grad_norm,
     drop_path,
     label_smoothing_cross_entropy,
@@ -164,6 +165,42 @@ def test_clip_grad_norm_matches_torch():
     assert na == pytest.approx(nb.item(), rel=1e-6) and na > 0.5
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.allclose(pa.grad, pb.grad, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("decoupled", "torch_optimizer"), [(True, torch.optim.AdamW), (False, torch.optim.Adam)]
+)
+def test_adamw_step_matches_torch(decoupled, torch_optimizer):
+    # decoupled: AdamW; not decoupled: torch's Adam, whose weight_decay is an L2 term in the gradient.
+    torch.manual_seed(0)
+    start = torch.randn(5, 3)
+    reference = nn.Parameter(start.clone())
+    opt = torch_optimizer([reference], lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
+    ours, state = start.clone(), {}
+    for _ in range(20):
+        grad = torch.randn(5, 3)
+        reference.grad = grad.clone()
+        opt.step()
+        adamw_step(ours, grad, state, 1e-2, (0.8, 0.99), 1e-6, 0.1, decoupled=decoupled)
+    assert state["t"] == 20
+    torch.testing.assert_close(ours, reference.detach(), atol=1e-6, rtol=0)
+
+
+def test_adamw_step_l2_is_not_decoupled_decay():
+    start, grad = torch.ones(4), torch.full((4,), 0.01)
+    decayed = []
+    for decoupled in (True, False):
+        w = start.clone()
+        adamw_step(w, grad, {}, 0.1, weight_decay=0.5, decoupled=decoupled)
+        decayed.append(w)
+    assert (decayed[0] - decayed[1]).abs().max() > 1e-2
+
+
+def test_adamw_step_rejects_bad_input():
+    with pytest.raises(ValueError, match="one shape"):
+        adamw_step(torch.zeros(3), torch.zeros(4), {}, 0.1)
+    with pytest.raises(ValueError, match="betas"):
+        adamw_step(torch.zeros(3), torch.zeros(3), {}, 0.1, betas=(0.9, 1.0))
 
 
 def test_drop_path():
