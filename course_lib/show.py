@@ -13,11 +13,12 @@ from course_lib.shapes import fmt_shape
 __all__ = ["show_source", "html_table", "max_diff", "moving_average"]
 
 
-def show_source(obj: Any) -> Any:
-    """Display the source of a function, class or module, syntax-highlighted.
+def show_source(obj: Any) -> str | None:
+    """Show the source of a function, class or module, syntax-highlighted.
 
-    In a notebook this renders a code block (also on the website); outside
-    IPython it returns the plain source text.
+    In a notebook it displays a code block at once (also on the website),
+    wherever the call stands in the cell, and returns None; outside a notebook
+    it returns the plain source text.
     """
     try:
         source = inspect.getsource(obj)
@@ -27,10 +28,14 @@ def show_source(obj: Any) -> Any:
             f"got {type(obj).__name__}: {err}"
         ) from None
     try:
-        from IPython.display import Code
+        from IPython import get_ipython
+        from IPython.display import Code, display
     except ImportError:  # pragma: no cover - IPython always present with notebooks
         return source
-    return Code(source, language="python")
+    if get_ipython() is None:  # plain Python: nothing to display into
+        return source
+    display(Code(source, language="python"))
+    return None
 
 
 def html_table(header: list, rows: list[list], caption: str | None = None) -> Any:

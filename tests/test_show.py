@@ -10,9 +10,35 @@ from course_lib.show import html_table, max_diff, moving_average, show_source
 
 def test_show_source_returns_the_source():
     code = show_source(max_diff)
-    assert "def max_diff" in getattr(code, "data", code)
+    assert isinstance(code, str) and code.startswith("def max_diff")
     with pytest.raises(TypeError, match="needs a function, class or module"):
         show_source(3)
+
+
+def test_show_source_displays_in_a_kernel_wherever_it_stands():
+    """In a notebook the code block appears even when the call is not the cell's last
+    line (a returned object would be shown only there), and exactly once."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import course_lib\n"
+            "course_lib.show_source(course_lib.max_diff)\n"
+            "course_lib.show_source(course_lib.html_table)\n"
+            "x = 1"
+        )
+    ]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    shown = [
+        o for o in nb.cells[0].outputs if o["output_type"] in ("display_data", "execute_result")
+    ]
+    texts = [
+        str(o["data"].get("text/plain", "")) + str(o["data"].get("text/html", "")) for o in shown
+    ]
+    assert len(shown) == 2, f"expected two code blocks, got {len(shown)}: {texts}"
+    assert "def max_diff" in texts[0] and "def html_table" in texts[1]
 
 
 def test_html_table():
