@@ -1,4 +1,4 @@
-"""Subword tokenization written for teaching: byte-pair encoding and WordPiece (Chapter 5).
+"""Subword tokenization written for teaching: BPE, WordPiece and Unigram (Chapters 5 and 12).
 
 A model reads integers, so text is cut into *tokens* from a fixed vocabulary.
 Whole words leave every unseen word out of the vocabulary (out-of-vocabulary,
@@ -14,6 +14,14 @@ OOV); single characters make sequences long.  Subword methods sit between:
   vocabulary whose word-internal pieces carry a prefix (``"##ing"``), cut a word
   greedily, longest known piece first, from the left; if some part cannot be
   matched the whole word is ``[UNK]``.
+* **Unigram language model** (Kudo, 2018; SentencePiece's, hence XLM-R's),
+  :class:`UnigramTokenizer` and :func:`train_unigram`: every piece has a
+  probability and a word is cut into its *most probable* segmentation,
+  ``argmax_x sum_i log p(x_i)`` (Chapter 12, eq. 12.5), found by Viterbi
+  dynamic programming; training alternates EM re-estimation of the
+  probabilities with pruning of the least useful pieces.  Words come from
+  :func:`metaspace_pre_tokenize`: split at whitespace, each prefixed with
+  ``SPACE`` ("▁"), so decoding is exact.
 
 Compatibility with Hugging Face ``tokenizers``.  With the same settings --
 words split by the ``Whitespace`` pre-tokenizer (regex ``\\w+|[^\\w\\s]+``),
@@ -29,7 +37,11 @@ ids in the order it meets them in a hash map, so its ties (and hence some
 merges) can change from run to run; ours stay in code-point order.  The
 ``WordPiece`` *model* of ``tokenizers`` segments exactly as
 :func:`wordpiece_tokenize` (also tested); its ``WordPieceTrainer`` is a BPE
-trainer with a prefix, not BERT's likelihood-based one.
+trainer with a prefix, not BERT's likelihood-based one.  Given the same
+pieces and scores, ``tokenizers``' ``Unigram`` model segments every word as
+:class:`UnigramTokenizer` does (same ids, unknown characters included); its
+``UnigramTrainer`` (SentencePiece's algorithm) learns a different but largely
+overlapping vocabulary, as the tests show.
 """
 
 from __future__ import annotations
