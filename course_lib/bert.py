@@ -1,12 +1,12 @@
 """BERT: a bidirectional encoder, masked language modelling, a [CLS] classifier (Chapter 12).
 
 * :class:`BertEncoder`: token + position + segment embeddings, a layer norm
-  (12.2) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
+  (12.3) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
   :class:`~course_lib.transformer.EncoderBlock` with GELU and **no** causal
   mask: every token sees every token.  ``forward`` returns the hidden states
   and the pooled [CLS] vector ``tanh(W_p h_0 + b_p)``.  Laid out so that
   :func:`load_hf_bert` copies a Hugging Face ``BertModel`` into it exactly.
-* :class:`MaskedLM`: the MLM head (12.3) ``softmax(E g(h_t) + b)`` with
+* :class:`MaskedLM`: the MLM head (12.4) ``softmax(E g(h_t) + b)`` with
   ``g = LN(GELU(W h + c))`` and the output matrix *tied* to the token embedding E.
 * :func:`mask_tokens`: BERT's masking (12.1): 15% of the non-special tokens
   are selected; of those 80% become [MASK], 10% a random token, 10% stay;
@@ -148,7 +148,7 @@ class BertEncoder(nn.Module):
             nn.init.normal_(layer.self_attn.in_proj_weight, std=0.02)
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        """(12.2) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
+        """(12.3) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
         expect_shape("BertEncoder", "input_ids", input_ids, [("B", None), ("T", None)])
         t = input_ids.shape[1]
         if t > self.cfg.max_position_embeddings:
@@ -175,7 +175,7 @@ class BertEncoder(nn.Module):
 
 
 class MaskedLM(nn.Module):
-    """Encoder + MLM head (12.3), output matrix tied to the token embedding.
+    """Encoder + MLM head (12.4), output matrix tied to the token embedding.
 
     ``forward(input_ids, token_type_ids=None, attention_mask=None) -> logits [B, T, V]``.
     """
@@ -200,13 +200,13 @@ class MaskedLM(nn.Module):
         return self.head(h)
 
     def head(self, h: Tensor) -> Tensor:
-        """(12.3) logits ``E g(h) + b`` [..., V] of hidden states ``h`` [..., D]."""
+        """(12.4) logits ``E g(h) + b`` [..., V] of hidden states ``h`` [..., D]."""
         g = self.norm(F.gelu(self.transform(h)))
         return F.linear(g, self.encoder.tok.weight, self.bias)  # tied: E g + b
 
 
 def mlm_loss(model: MaskedLM, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """Cross-entropy at the selected positions only (labels -100 are ignored).
+    """(12.2) Cross-entropy at the selected positions only (labels -100 are ignored).
 
     ``batch = (inputs [B, T], labels [B, T])``.  The read-out (a [V, D] product)
     runs at the selected positions only, as BERT's code does: about 15% of the
