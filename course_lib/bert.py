@@ -1,17 +1,20 @@
 """BERT: a bidirectional encoder, masked language modelling, a [CLS] classifier (Chapter 12).
 
 * :class:`BertEncoder`: token + position + segment embeddings, a layer norm
-  (12.2) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
+  (12.3) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
   :class:`~course_lib.transformer.EncoderBlock` with GELU and **no** causal
   mask: every token sees every token.  ``forward`` returns the hidden states
   and the pooled [CLS] vector ``tanh(W_p h_0 + b_p)``.  Laid out so that
   :func:`load_hf_bert` copies a Hugging Face ``BertModel`` into it exactly.
-* :class:`MaskedLM`: the MLM head (12.3) ``softmax(E g(h_t) + b)`` with
+* :class:`MaskedLM`: the MLM head (12.4) ``softmax(E g(h_t) + b)`` with
   ``g = LN(GELU(W h + c))`` and the output matrix *tied* to the token embedding E.
 * :func:`mask_tokens`: BERT's masking (12.1): 15% of the non-special tokens
   are selected; of those 80% become [MASK], 10% a random token, 10% stay;
   the labels are the original ids there and -100 (ignored) elsewhere.
 * :class:`Classifier`: a linear layer on the pooled [CLS] vector.
+* :func:`mean_pool` and :func:`linear_probe`: the frozen-encoder probe, a
+  logistic regression on the mean of an encoder's hidden states, which asks
+  what the features already hold, without fine-tuning.
 * :func:`encoder_parameters`: the parameter count of an encoder (or GPT-1-like
   decoder) from its configuration, and :func:`block_parameters`, one block's.
 
@@ -43,6 +46,8 @@ __all__ = [
     "Classifier",
     "mask_tokens",
     "mlm_loss",
+    "mean_pool",
+    "linear_probe",
     "block_parameters",
     "encoder_parameters",
     "load_hf_bert",
@@ -143,7 +148,7 @@ class BertEncoder(nn.Module):
             nn.init.normal_(layer.self_attn.in_proj_weight, std=0.02)
 
     def embed(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        """(12.2) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
+        """(12.3) ``LN(E[w_t] + P[t] + S[s_t])`` [B, T, D] (then dropout)."""
         expect_shape("BertEncoder", "input_ids", input_ids, [("B", None), ("T", None)])
         t = input_ids.shape[1]
         if t > self.cfg.max_position_embeddings:
@@ -170,7 +175,7 @@ class BertEncoder(nn.Module):
 
 
 class MaskedLM(nn.Module):
-    """Encoder + MLM head (12.3), output matrix tied to the token embedding.
+    """Encoder + MLM head (12.4), output matrix tied to the token embedding.
 
     ``forward(input_ids, token_type_ids=None, attention_mask=None) -> logits [B, T, V]``.
     """
@@ -195,13 +200,13 @@ class MaskedLM(nn.Module):
         return self.head(h)
 
     def head(self, h: Tensor) -> Tensor:
-        """(12.3) logits ``E g(h) + b`` [..., V] of hidden states ``h`` [..., D]."""
+        """(12.4) logits ``E g(h) + b`` [..., V] of hidden states ``h`` [..., D]."""
         g = self.norm(F.gelu(self.transform(h)))
         return F.linear(g, self.encoder.tok.weight, self.bias)  # tied: E g + b
 
 
 def mlm_loss(model: MaskedLM, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """Cross-entropy at the selected positions only (labels -100 are ignored).
+    """(12.2) Cross-entropy at the selected positions only (labels -100 are ignored).
 
     ``batch = (inputs [B, T], labels [B, T])``.  The read-out (a [V, D] product)
     runs at the selected positions only, as BERT's code does: about 15% of the
@@ -230,6 +235,56 @@ class Classifier(nn.Module):
     ) -> Tensor:
         _, pooled = self.encoder(input_ids, token_type_ids, attention_mask)
         return self.out(self.dropout(pooled))
+
+
+def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """The mean of ``hidden`` [B, T, D] over the real tokens (``attention_mask`` [B, T]
+    true / 1 there, padding excluded) -> [B, D]."""
+    expect_shape("mean_pool", "hidden", hidden, [("B", None), ("T", None), ("D", None)])
+    if attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(
+            f"mean_pool: attention_mask has shape {tuple(attention_mask.shape)} but hidden is "
+            f"{tuple(hidden.shape)}; pass one [B, T] mask with a 1 at every real token"
+        )
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)  #                       [B, T, 1]
+    return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+def linear_probe(
+    train_x: Tensor,
+    train_y: Tensor,
+    test_x: Tensor,
+    test_y: Tensor,
+    *,
+    steps: int = 300,
+    lr: float = 0.01,
+    weight_decay: float = 0.01,
+) -> float:
+    """Test accuracy of a logistic regression trained on frozen features.
+
+    ``train_x`` [N, D] and ``test_x`` [M, D] are standardised with the training
+    mean and standard deviation; a linear layer ``D -> C`` (``C`` the number of
+    classes in ``train_y``) is trained full-batch with AdamW for ``steps``
+    steps.  The problem is convex, so the answer depends on the features, not
+    on the initialisation.  Nothing flows back into the encoder that made them.
+    """
+    for name, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        if x.dim() != 2 or y.shape != x.shape[:1]:
+            raise ValueError(
+                f"linear_probe: {name}_x must be [N, D] with {name}_y [N], got "
+                f"{tuple(x.shape)} and {tuple(y.shape)}; mean_pool the hidden states first"
+            )
+    mu, sd = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
+    xs, xt = (train_x - mu) / sd, (test_x - mu) / sd
+    linear = nn.Linear(xs.shape[1], int(train_y.max()) + 1).to(xs.device)
+    opt = torch.optim.AdamW(linear.parameters(), lr, weight_decay=weight_decay)
+    for _ in range(steps):
+        loss = F.cross_entropy(linear(xs), train_y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return (linear(xt).argmax(-1) == test_y).float().mean().item()
 
 
 def mask_tokens(

@@ -191,3 +191,29 @@ def test_too_long_input_names_the_limit():
     model = bert.BertEncoder(SMALL)
     with pytest.raises(ValueError, match="has 30 tokens but max_position_embeddings=24"):
         model(torch.zeros(1, 30, dtype=torch.long))
+
+
+def test_mean_pool_ignores_padding():
+    h = torch.randn(2, 4, 3)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    pooled = bert.mean_pool(h, mask)
+    torch.testing.assert_close(pooled[0], h[0, :2].mean(0))
+    torch.testing.assert_close(pooled[1], h[1].mean(0))
+    with pytest.raises(ValueError, match=r"pass one \[B, T\] mask"):
+        bert.mean_pool(h, mask[:, :3])
+
+
+def test_linear_probe_matches_sklearn_logistic_regression():
+    from sklearn.linear_model import LogisticRegression
+
+    g = torch.Generator().manual_seed(0)
+    centres = 1.5 * torch.randn(3, 8, generator=g)
+    y = torch.randint(3, (600,), generator=g)
+    x = centres[y] + torch.randn(600, 8, generator=g)
+    torch.manual_seed(0)
+    ours = bert.linear_probe(x[:400], y[:400], x[400:], y[400:])
+    sk = LogisticRegression(max_iter=1000).fit(x[:400].numpy(), y[:400].numpy())
+    theirs = sk.score(x[400:].numpy(), y[400:].numpy())
+    assert 0.6 < theirs and abs(ours - theirs) <= 0.02  # 200 test points: 0.02 is 4 of them
+    with pytest.raises(ValueError, match=r"mean_pool the hidden states first"):
+        bert.linear_probe(torch.randn(4, 2, 3), y[:4], x[:4], y[:4])
