@@ -1,6 +1,6 @@
 """Attention masks: the library's convention, the masks themselves and the masked softmax.
 
-Chapter 3, eqs. (3.3), (3.4) and (3.6), and Chapter 2's local window, eq. (2.8).
+Chapter 3, eqs. (3.3), (3.4) and (3.6), and Chapter 2's local window, eq. (2.13).
 Every attention function of the course (:mod:`course_lib.attention`, the
 Transformer blocks, the graph layers) takes its masks in this convention.
 
@@ -111,9 +111,9 @@ def window_mask(
     *,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """Local attention's window, Chapter 2, eq. (2.8): key j is allowed iff |j - p_i| <= window.
+    """Local attention's window, Chapter 2, eq. (2.13): key j is allowed iff |j - p_i| <= window.
 
-    ``window`` is the half-width (written ``D`` in (2.8): a number of positions, not
+    ``window`` is the half-width (written ``D`` in (2.13): a number of positions, not
     a shape); ``centers`` holds the aligned positions ``p_i``, shape [T] or [B, T]
     (float or int); by default ``p_i = i`` (Luong's *local-m*, monotonic
     alignment).  Returns [T, S] or [B, T, S].
@@ -127,7 +127,7 @@ def window_mask(
             f"window_mask: centers must be [T={t}] or [B, T={t}], got {fmt_shape(centers.shape)}"
         )
     keys = torch.arange(s, device=centers.device)  # j                     [S]
-    # (2.8)  allowed[i, j] = |j - p_i| <= window                           [T, S] or [B, T, S]
+    # (2.13) allowed[i, j] = |j - p_i| <= window                           [T, S] or [B, T, S]
     return (keys - centers.unsqueeze(-1)).abs() <= window
 
 

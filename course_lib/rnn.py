@@ -29,6 +29,9 @@ Shapes (``book/notation.md``): ``B`` batch, ``T`` time steps, ``D`` input size
 (``input_size``), ``H`` hidden size (``hidden_size``); ``4H`` and ``3H`` are the
 stacked gate blocks of the LSTM and the GRU.
 
+:func:`input_jacobian_norms` measures how far back a layer's last state still
+depends on its inputs (the vanishing and exploding gradients of Chapter 1).
+
 Equation numbers refer to Chapter 1 of the course.
 """
 
@@ -53,6 +56,7 @@ __all__ = [
     "GRU",
     "make_gru",
     "gru_step",
+    "input_jacobian_norms",
 ]
 
 
@@ -375,3 +379,44 @@ def gru_step(layer: nn.Module, x: Tensor, h: Tensor) -> Tensor:
     return gru_cell(
         x, h, layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0
     )
+
+
+def input_jacobian_norms(layer: nn.Module, x: Tensor) -> Tensor:
+    """How strongly the last state depends on each input: ``||d h_T / d x_t||_F``, Chapter 1.
+
+    ``layer`` is any batch-first recurrent layer whose ``forward(x)`` returns
+    ``(outputs [B, T, H], last state)``: :class:`RNN`, :class:`LSTM`, :class:`GRU` or
+    ``torch.nn.RNN`` / ``LSTM`` / ``GRU`` built with ``batch_first=True``.  For ``x``
+    [B, T, D] it returns a tensor [T] whose entry t is the Frobenius norm of the
+    Jacobian of ``h_T`` (the output at the last step, [H]) with respect to ``x_t``
+    ([D]), averaged over the B sequences.  Backpropagation through time multiplies
+    one Jacobian ``d h_k / d h_{k-1}`` per step between t and T, so a norm that
+    shrinks (or grows) geometrically in ``T - t`` is a vanishing (or exploding)
+    gradient.  The Jacobian is exact: one backward pass per hidden unit, batched.
+    """
+    if x.dim() != 3:
+        raise ValueError(
+            f"input_jacobian_norms: x must be [B, T, D] (batch first), got {fmt_shape(x.shape)}; "
+            "add a batch axis with x[None] for one sequence"
+        )
+    if getattr(layer, "batch_first", True) is False:
+        raise ValueError(
+            "input_jacobian_norms: the layer reads [T, B, D]; build it with batch_first=True"
+        )
+    x = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        outputs = layer(x)[0]  # [B, T, H]
+        if outputs.dim() != 3 or outputs.shape[:2] != x.shape[:2]:
+            raise ValueError(
+                "input_jacobian_norms: layer(x)[0] must be the outputs [B, T, H] of a batch-first "
+                f"layer, got {fmt_shape(outputs.shape)} for x {fmt_shape(x.shape)} "
+                "(build torch layers with batch_first=True)"
+            )
+        h_last = outputs[:, -1]  # h_T                                             [B, H]
+        hidden = h_last.shape[-1]
+        # Row k of every sequence's Jacobian at once: the gradient of h_T[:, k].    [H, B, H]
+        directions = torch.eye(hidden, dtype=x.dtype, device=x.device)[:, None].expand(
+            hidden, x.shape[0], hidden
+        )
+        (jac,) = torch.autograd.grad(h_last, x, directions, is_grads_batched=True)  # [H, B, T, D]
+    return jac.pow(2).sum(dim=(0, 3)).sqrt().mean(dim=0)  # ||d h_T / d x_t||_F      [T]

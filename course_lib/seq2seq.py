@@ -15,7 +15,7 @@ each adds only its own equations:
   carry the whole input;
 * :class:`BahdanauSeq2Seq` (Chapter 2, eqs. (2.9)-(2.10)) attends with the
   previous decoder state and feeds the context into the recurrence;
-* :class:`LuongSeq2Seq` (Chapter 2, eqs. (2.11)-(2.12), local window (2.8))
+* :class:`LuongSeq2Seq` (Chapter 2, eqs. (2.11)-(2.12), local window (2.13), local-p (2.14))
   attends with the current decoder state and combines afterwards.
 
 All three have the interface ``forward(src, tgt_in) -> logits`` and
@@ -312,22 +312,24 @@ class BahdanauSeq2Seq(GRUEncoderDecoder):
 class LuongSeq2Seq(GRUEncoderDecoder):
     """GRU encoder-decoder with Luong attention, Chapter 2, eqs. (2.11)-(2.12).
 
-    The decoder runs first, ``h_t = GRU(E y_{t-1}, h_{t-1})`` with ``h_0`` the last
-    encoder state; then the *current* state ``h_t`` attends (so under teacher forcing
-    all steps run at once):
+    In the chapter's notation (Luong et al. write ``h_t`` for the decoder state
+    ``s_i`` and ``hbar_s`` for the encoder state ``h_j``; the code keeps ``h`` for
+    the decoder state and ``states`` for the encoder's): the decoder runs first,
+    ``s_i = GRU(E y_{i-1}, s_{i-1})`` with ``s_0`` the last encoder state; then the
+    *current* state ``s_i`` attends (so under teacher forcing all steps run at once):
 
-    * ``c_t = sum_s a_t(s) hbar_s`` with ``a_t = softmax(score(h_t, hbar_s))``, score
+    * ``c_i = sum_j alpha_ij h_j`` with ``alpha_i = softmax_j(score(s_i, h_j))``, score
       ``"dot"``, ``"general"`` or ``"concat"`` (2.5)-(2.7);
-    * (2.11) ``htilde_t = tanh(W_c [c_t; h_t])``;
-    * (2.12) ``p(y_t | y_<t, x) = softmax(W_s htilde_t + b_s)``.
+    * (2.11) ``stilde_i = tanh(W_c [c_i; s_i])``;
+    * (2.12) ``p(y_i | y_<i, x) = softmax(W_s stilde_i + b_s)``.
 
-    ``window`` (written D in (2.8), a number of positions) makes the attention
-    *local*: the softmax is restricted to the keys with ``|s - p_t| <= window``,
-    centred on an aligned position ``p_t``:
+    ``window`` (written D in (2.13), a number of positions) makes the attention
+    *local*: the softmax is restricted to the keys with ``|j - p_i| <= window``,
+    centred on an aligned position ``p_i`` (positions counted from 0):
 
-    * ``align="monotonic"`` (Luong's local-m): ``p_t = t``;
-    * ``align="predictive"`` (local-p): ``p_t = (S - 1) sigmoid(v_p^T tanh(W_p h_t))``, and the
-      weights are multiplied by ``exp(-(s - p_t)^2 / (2 sigma^2))``, ``sigma = window / 2``.
+    * ``align="monotonic"`` (Luong's local-m): ``p_i = i``;
+    * ``align="predictive"`` (local-p, (2.14)): ``p_i = (S - 1) sigmoid(v_p^T tanh(W_p s_i))``,
+      and the weights are multiplied by ``exp(-(j - p_i)^2 / (2 sigma^2))``, ``sigma = window / 2``.
 
     ``window=None`` is global attention.  No input feeding (Luong's optional extension).
     """
@@ -370,10 +372,10 @@ class LuongSeq2Seq(GRUEncoderDecoder):
             weights = masked_softmax(scores)  # global                       [B, T, S]
         elif self.align == "monotonic":  # local-m: p_t = t
             centers = torch.arange(first_step, first_step + t, device=h.device)  # [T]
-            weights = masked_softmax(scores, window_mask(t, s, self.window, centers))  # (2.8)
+            weights = masked_softmax(scores, window_mask(t, s, self.window, centers))  # (2.13)
         else:  # local-p: predicted p_t and a Gaussian around it
             centers = (s - 1) * torch.sigmoid(self.v_p(torch.tanh(self.w_p(h))))[..., 0]  # [B, T]
-            weights = masked_softmax(scores, window_mask(t, s, self.window, centers))  # (2.8)
+            weights = masked_softmax(scores, window_mask(t, s, self.window, centers))  # (2.13)
             positions = torch.arange(s, device=h.device, dtype=h.dtype)  # [S]
             sigma = self.window / 2
             gaussian = torch.exp(-((positions - centers.unsqueeze(-1)) ** 2) / (2 * sigma**2))

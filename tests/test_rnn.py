@@ -13,6 +13,7 @@ from course_lib.rnn import (
     gru_cell,
     gru_cell_notes,
     gru_step,
+    input_jacobian_norms,
     lstm_cell,
     make_gru,
     rnn_cell,
@@ -289,3 +290,46 @@ def test_gru_step_is_one_step_of_the_layer(cls):
     with torch.no_grad():
         _, h1 = layer(x, h0)
         assert _max_diff(gru_step(layer, x[:, 0], h0[0]), h1[0]) < ATOL
+
+
+# ---------------------------------------------------------------------------
+# input_jacobian_norms: ||d h_T / d x_t|| against torch.autograd.functional.jacobian.
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_input_jacobian_norms_match_autograd_jacobian_of_the_torch_layer(kind):
+    ours_cls, _, torch_cls, _, _ = KINDS[kind]
+    torch.manual_seed(3)
+    reference = torch_cls(D, H, batch_first=True)
+    ours = ours_cls(D, H)
+    ours.load_state_dict(reference.state_dict())
+    x = torch.randn(3, 6, D)  # [B, T, D]
+    # full Jacobian of h_T [B, H] w.r.t. x [B, T, D], then each sequence's own block
+    jac = torch.autograd.functional.jacobian(lambda x: reference(x)[0][:, -1], x)  # [B, H, B, T, D]
+    per_sequence = torch.stack([jac[b, :, b] for b in range(x.shape[0])])  # [B, H, T, D]
+    expected = per_sequence.pow(2).sum(dim=(1, 3)).sqrt().mean(dim=0)  # [T]
+    for layer in (reference, ours):
+        got = input_jacobian_norms(layer, x)
+        assert got.shape == (6,)
+        assert _max_diff(got, expected) < ATOL
+
+
+def test_input_jacobian_norms_without_recurrence_only_the_last_input_counts():
+    # W_hh = 0: h_T = tanh(W_ih x_T + b), so every earlier input has a zero Jacobian
+    torch.manual_seed(0)
+    layer, x = RNN(D, H), torch.randn(2, 5, D)
+    with torch.no_grad():
+        layer.weight_hh_l0.zero_()
+    norms = input_jacobian_norms(layer, x)
+    assert not x.requires_grad and x.grad is None  # the caller's tensor is left alone
+    assert norms[:-1].abs().max().item() == 0.0 and norms[-1] > 0
+
+
+def test_input_jacobian_norms_reject_bad_input_with_a_clear_message():
+    layer = GRU(D, H)
+    with pytest.raises(ValueError, match=r"x must be \[B, T, D\].*x\[None\]"):
+        input_jacobian_norms(layer, torch.randn(6, D))
+    seq_first = nn.GRU(D, H)  # batch_first=False: outputs are [T, B, H]
+    with pytest.raises(ValueError, match=r"batch_first=True"):
+        input_jacobian_norms(seq_first, torch.randn(3, 6, D))
