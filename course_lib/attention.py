@@ -5,7 +5,8 @@ weights and context they give, eqs. (2.2)-(2.3), and the modules
 :class:`AdditiveAttention` and :class:`LuongAttention`; the seq2seq models that
 use them are in :mod:`course_lib.seq2seq`.  Chapter 3 (self-attention):
 :func:`scaled_dot_product_attention`, eq. (3.2), :class:`MultiHeadAttention`,
-eq. (3.5), and :func:`record_attention`.  Equation numbers refer to those
+eq. (3.5), and :func:`record_attention`.  Chapter 6 (the geometry of attention):
+:func:`cosine_attention`, eq. (6.7).  Equation numbers refer to those
 chapters; each function writes its equation beside the code and names the
 tensor shapes.
 
@@ -44,6 +45,7 @@ __all__ = [
     "LuongAttention",
     # self-attention (Chapter 3, eqs. (3.1)-(3.5))
     "scaled_dot_product_attention",
+    "cosine_attention",
     "MultiHeadAttention",
     "record_attention",
 ]
@@ -273,6 +275,48 @@ def scaled_dot_product_attention(
         weights = F.dropout(weights, dropout_p)
     out = weights @ value  # (3.2)  softmax(...) V                             [..., T, d_v]
     return (out, weights) if return_weights else out
+
+
+def cosine_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    scale: float | Tensor,
+    mask: Tensor | None = None,
+    *,
+    eps: float = 1e-6,
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Cosine (QK-normalised) attention, Chapter 6, eq. (6.7).
+
+    ``softmax(scale * cos(q_i, k_j) + M) V``, with ``cos(q, k) = q . k / (|q| |k|)``:
+    queries and keys are scaled to unit length first, so every score lies in
+    ``[-scale, scale]`` whatever the norms, and the sharpness of the weights is
+    set by ``scale`` alone (an inverse temperature ``1 / T``; Swin Transformer v2
+    and QK-norm models learn it).  ``scale`` is a positive number or a 0-dim
+    tensor (a parameter: gradients reach it).  Shapes and ``mask`` as
+    :func:`scaled_dot_product_attention`: ``query`` [..., T, d], ``key`` [..., S, d],
+    ``value`` [..., S, d_v] -> [..., T, d_v] (and the weights [..., T, S]).
+    """
+    if isinstance(scale, Tensor):
+        if scale.dim() != 0:
+            raise ValueError(
+                f"cosine_attention: scale must be a number or a 0-dim tensor, "
+                f"got a tensor of shape {fmt_shape(scale.shape)}"
+            )
+        positive = bool(scale.detach() > 0)
+    else:
+        positive = scale > 0
+    if not positive:
+        raise ValueError(
+            f"cosine_attention: scale must be > 0 (it is 1 / temperature), got {float(scale)}; "
+            "learn log(scale) and pass its exp() to keep it positive"
+        )
+    q = F.normalize(query, dim=-1, eps=eps)  # q_i / |q_i|                    [..., T, d]
+    k = F.normalize(key, dim=-1, eps=eps)  # k_j / |k_j|                      [..., S, d]
+    return scaled_dot_product_attention(  # (6.7): softmax(scale cos + M) V
+        q, k, value, mask, scale=scale, return_weights=return_weights
+    )
 
 
 def _fused_attention(

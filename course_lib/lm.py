@@ -138,6 +138,7 @@ def evaluate_lm(
     num_chars: int = 16384,
     batch_size: int = 16,
     per_position: bool = False,
+    offset: int = 0,
 ) -> float | Tensor:
     """Next-token loss (nats per token) of ``model`` on the first ``num_chars`` tokens of ``data``.
 
@@ -146,10 +147,15 @@ def evaluate_lm(
     *same* ``num_chars`` targets and only the context differs.  Returns the mean
     loss, or with ``per_position=True`` the mean loss at each position of the
     window, ``[length]``.  Returns ``nan`` (or a tensor of ``nan``) when the model
-    has no position ``length - 1`` (a learned table shorter than ``length``).
+    has no position ``offset + length - 1`` (a learned table too short).
+    ``offset`` > 0 numbers the window's tokens ``offset .. offset + length - 1``
+    (``model(x, offset=offset)``, as :class:`PositionalLM` takes it): positions
+    never seen in training, with a context no longer than in training (Chapter 7).
     Deterministic: no sampling.
     """
     expect_positive("evaluate_lm", length=length, num_chars=num_chars, batch_size=batch_size)
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"evaluate_lm: offset must be an int >= 0, got {offset!r}")
     if num_chars % length:
         raise ValueError(
             f"evaluate_lm: num_chars ({num_chars}) must be a multiple of length ({length})"
@@ -159,7 +165,8 @@ def evaluate_lm(
             f"evaluate_lm: data must be [N] with N > num_chars={num_chars}, "
             f"got {fmt_shape(data.shape)}"
         )
-    if any(isinstance(m, LearnedPositions) and m.max_len < length for m in model.modules()):
+    last = offset + length  # one past the last position read
+    if any(isinstance(m, LearnedPositions) and m.max_len < last for m in model.modules()):
         nan = torch.full((length,), float("nan"), dtype=torch.float64)  # no row for the end
         return nan if per_position else float("nan")
     device = next(model.parameters()).device
@@ -170,7 +177,8 @@ def evaluate_lm(
     sums = torch.zeros(length, dtype=torch.float64)
     try:
         for x, y in zip(inputs.split(batch_size), targets.split(batch_size), strict=True):
-            logits = model(x.to(device))  #                                    [b, length, V]
+            x = x.to(device)
+            logits = model(x, offset=offset) if offset else model(x)  #        [b, length, V]
             nll = F.cross_entropy(logits.transpose(1, 2), y.to(device), reduction="none")
             sums += nll.sum(0).double().cpu()  #                               [length]
     finally:
@@ -187,7 +195,15 @@ class PositionalLM(nn.Module):
     :class:`course_lib.transformer.Encoder` (GELU, ``d_ff = 4 d_model``, final
     LayerNorm) run causally, whose attention gets the method's hook
     (:func:`course_lib.positional.position_hook`: Shaw, T5, ALiBi or RoPE);
-    a linear read-out.  ``forward(ids [B, T]) -> logits [B, T, V]``.
+    a linear read-out.  ``forward(ids [B, T], offset=0) -> logits [B, T, V]``.
+
+    The token embeddings start at std 0.02 (row norm ``0.02 sqrt(D)``) while the
+    sinusoidal table has unit amplitude (row norm ``sqrt(D/2)``): position
+    outweighs token ``1 / (0.02 sqrt(2))``, about 35 to 1 in norm, at the start.
+    ``position_scale`` multiplies the sinusoidal table (Chapter 7's control:
+    ``0.02 * sqrt(2)`` gives both the same row norm).  ``offset`` numbers the
+    tokens ``offset .. offset + T - 1`` for the absolute methods; the relative
+    methods see only offsets ``j - i``, which a shift does not change.
     """
 
     def __init__(
@@ -202,8 +218,17 @@ class PositionalLM(nn.Module):
         shaw_max_distance: int = 16,
         t5_num_buckets: int = 32,
         t5_max_distance: int = 128,
+        position_scale: float = 1.0,
     ) -> None:
         super().__init__()
+        if position_scale != 1.0 and method != "sinusoidal":
+            raise ValueError(
+                f"PositionalLM: position_scale scales the sinusoidal table; method {method!r} "
+                "has none (leave position_scale at 1.0)"
+            )
+        if not position_scale > 0:
+            raise ValueError(f"PositionalLM: position_scale must be > 0, got {position_scale}")
+        self.position_scale = position_scale
         if method not in POSITION_METHODS:
             raise ValueError(
                 f"PositionalLM: method must be one of {POSITION_METHODS}, got {method!r}"
@@ -233,12 +258,15 @@ class PositionalLM(nn.Module):
         )
         self.head = nn.Linear(d_model, vocab_size)
 
-    def forward(self, ids: Tensor) -> Tensor:
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         expect_shape("PositionalLM", "ids", ids, [("B", None), ("T", None)])
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"PositionalLM: offset must be an int >= 0, got {offset!r}")
         length = ids.shape[1]
         x = self.embed(ids)  #                                                 [B, T, D]
         if self.method == "learned":
-            x = x + self.positions(length)  # Chapter 7, (7.3); raises beyond max_len
+            x = x + self.positions(length, offset)  # Chapter 7, (7.3); raises beyond max_len
         elif self.method == "sinusoidal":
-            x = x + sinusoidal_table(length, self.d_model, device=ids.device)  # Chapter 7, (7.1)
+            pe = sinusoidal_table(offset + length, self.d_model, device=ids.device)[offset:]
+            x = x + self.position_scale * pe  # Chapter 7, (7.1)                [B, T, D]
         return self.head(self.blocks(x, is_causal=True))  #                      [B, T, V]

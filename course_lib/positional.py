@@ -15,7 +15,8 @@ families of ways to do it.
   bucketed scalar bias (:func:`t5_relative_position_bucket`, :func:`t5_bias`,
   eq. (8.4)), ALiBi's linear penalty (:func:`alibi_slopes`,
   :func:`alibi_bias`, eqs. (8.5)-(8.6)), or RoPE's rotation of queries and keys
-  (:func:`apply_rope`, eqs. (8.7)-(8.8)).
+  (:func:`apply_rope`, eqs. (8.7)-(8.8)), with position interpolation for
+  lengths beyond training (``scaling_factor``, eq. (8.9)).
 
 The relative methods reach the model through one attention class: each is a
 small :class:`PositionHook` (:class:`ShawPositions`, :class:`T5Bias`,
@@ -38,6 +39,8 @@ Chapters 7 and 8 of the course.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -72,6 +75,7 @@ __all__ = [
     "T5Bias",
     "ALiBi",
     "RoPE",
+    "rope_scaling",
     "POSITION_METHODS",
     "position_hook",
 ]
@@ -434,6 +438,7 @@ def rope_cos_sin(
     base: float = 10000.0,
     *,
     convention: str = "half",
+    scaling_factor: float = 1.0,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[Tensor, Tensor]:
     """Cosines and sines of RoPE's angles ``theta_(p, i) = p * omega_i``, Chapter 8, eq. (8.7).
@@ -445,15 +450,27 @@ def rope_cos_sin(
     paired with ``i + d/2``: GPT-NeoX, Hugging Face LLaMA); ``"interleaved"``
     as ``[theta_0, theta_0, theta_1, theta_1, ...]`` (coordinate ``2i`` with
     ``2i + 1``: the RoPE paper, GPT-J, Meta's LLaMA).  Compute once per length.
+
+    ``scaling_factor`` ``s >= 1`` is *position interpolation* (Chen et al., 2023;
+    Chapter 8, eq. (8.9)): the angles of position ``p`` become ``(p / s) omega_i``,
+    so a model trained on ``L`` positions reads ``L' = s L`` positions at the
+    angles of positions ``m L / L'`` it has seen (Hugging Face's ``"linear"``
+    ``rope_scaling``).  ``s = 1`` is plain RoPE.
     """
     _convention("rope_cos_sin", convention)
     _frequency_args("rope_cos_sin", dim, base)
+    if not scaling_factor >= 1:
+        raise ValueError(
+            f"rope_cos_sin: scaling_factor must be >= 1 (1 = no interpolation; "
+            f"L'/L to read L' positions with a model trained on L), got {scaling_factor}"
+        )
     if isinstance(positions, int):
         positions = torch.arange(positions)
     if positions.dim() != 1:
         raise ValueError(f"rope_cos_sin: positions must be [T], got {fmt_shape(positions.shape)}")
     omega = sinusoidal_frequencies(dim, base).to(positions.device)  #          [d/2]
-    theta = positions.to(torch.float64)[:, None] * omega[None, :]  #           [T, d/2]
+    p = positions.to(torch.float64) / scaling_factor  # (8.9) m L / L'         [T]
+    theta = p[:, None] * omega[None, :]  #                                     [T, d/2]
     if convention == "half":
         theta = torch.cat([theta, theta], dim=-1)  #                           [T, d]
     else:
@@ -598,19 +615,47 @@ class RoPE(PositionHook):
     """RoPE: queries and keys rotated by their positions, eq. (8.7); no parameters.
 
     The queries are the last ``T`` of the ``S`` key positions (see
-    :func:`relative_positions`).
+    :func:`relative_positions`).  ``scaling_factor`` (an attribute, which
+    :func:`rope_scaling` sets for a whole model) is position interpolation,
+    eq. (8.9): see :func:`rope_cos_sin`.
     """
 
-    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, base: float = 10000.0, scaling_factor: float = 1.0) -> None:
         super().__init__()
         _frequency_args("RoPE", head_dim, base)
-        self.head_dim, self.base = head_dim, base
+        self.head_dim, self.base, self.scaling_factor = head_dim, base, scaling_factor
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         t, s = q.shape[-2], k.shape[-2]
         positions = torch.arange(s, device=k.device)
-        cos, sin = rope_cos_sin(positions, self.head_dim, self.base, dtype=q.dtype)  # [S, d]
+        cos, sin = rope_cos_sin(
+            positions, self.head_dim, self.base, scaling_factor=self.scaling_factor, dtype=q.dtype
+        )  #                                                                   [S, d]
         return apply_rope(q, cos[s - t :], sin[s - t :]), apply_rope(k, cos, sin)  # (8.7)
+
+
+@contextmanager
+def rope_scaling(model: nn.Module, scaling_factor: float) -> Iterator[int]:
+    """Position interpolation, eq. (8.9), for every :class:`RoPE` hook of ``model``, in a ``with``.
+
+    Inside the block each hook reads position ``p`` at ``p / scaling_factor``
+    (to run a model trained on ``L`` positions on ``L' = scaling_factor * L``);
+    on leaving, the hooks get their previous factors back.  Yields the number of
+    hooks changed; a model without any RoPE hook is an error (nothing to scale).
+    """
+    hooks = [m for m in model.modules() if isinstance(m, RoPE)]
+    if not hooks:
+        raise ValueError("rope_scaling: the model has no RoPE hook (build it with method='rope')")
+    if not scaling_factor >= 1:
+        raise ValueError(f"rope_scaling: scaling_factor must be >= 1, got {scaling_factor}")
+    before = [h.scaling_factor for h in hooks]
+    for h in hooks:
+        h.scaling_factor = scaling_factor
+    try:
+        yield len(hooks)
+    finally:
+        for h, f in zip(hooks, before, strict=True):
+            h.scaling_factor = f
 
 
 #: The position methods of Chapter 8's experiment; the first three add nothing to attention.

@@ -589,3 +589,45 @@ def test_luong_and_additive_attention_reject_bad_configurations():
     att = AdditiveAttention(4, 6, 5)
     c, w = att(torch.randn(2, 1, 4), torch.randn(2, 3, 6))
     assert c.shape == (2, 1, 6) and w.shape == (2, 1, 3)
+
+
+# ---------------------------------------------------------------------------
+# Chapter 6: cosine attention, eq. (6.7)
+# ---------------------------------------------------------------------------
+
+
+def test_cosine_attention_matches_torch_on_normalised_queries_and_keys():
+    from course_lib.attention import cosine_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=g) * 7 for _ in range(3))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    ours, w = cosine_attention(q, k, v, 4.0, causal, return_weights=True)
+    ref = F.scaled_dot_product_attention(
+        F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, attn_mask=causal, scale=4.0
+    )
+    torch.testing.assert_close(ours, ref)
+    # scores bounded by the scale whatever the norms: weight ratios at most exp(2 * scale)
+    ratio = w[..., :, :1].expand_as(w)[causal.expand_as(w)] / w[causal.expand_as(w)]
+    assert ratio.max() <= math.exp(8.0) * (1 + 1e-5) and ratio.min() >= math.exp(-8.0) * (1 - 1e-5)
+
+
+def test_cosine_attention_scale_gets_a_gradient():
+    from course_lib.attention import cosine_attention
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(4, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    log_scale = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda s: cosine_attention(q, k, v, s.exp()), (log_scale,), eps=1e-6
+    )
+
+
+def test_cosine_attention_errors_are_clear():
+    from course_lib.attention import cosine_attention
+
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        cosine_attention(x, x, x, 0.0)
+    with pytest.raises(ValueError, match="0-dim tensor"):
+        cosine_attention(x, x, x, torch.ones(2))

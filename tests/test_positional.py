@@ -441,3 +441,120 @@ def test_position_hook_parameters_live_in_the_attention_and_are_recorded():
     assert sorted(maps) == ["blocks.layers.0.self_attn", "blocks.layers.1.self_attn"]
     assert maps["blocks.layers.0.self_attn"].shape == (1, 2, 8, 8)
     assert maps["blocks.layers.0.self_attn"].triu(1).abs().max() == 0  # causal
+
+
+# ---------------------------------------------------------------------------
+# Chapter 8: RoPE position interpolation, eq. (8.9)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("factor", [2.0, 8.0])
+def test_rope_interpolation_is_rope_at_scaled_positions(factor):
+    """Position interpolation reads position m at m L / L' = m / factor."""
+    positions = torch.arange(0, 40)
+    c, s = P.rope_cos_sin(positions, 16, scaling_factor=factor, dtype=torch.float64)
+    c_ref, s_ref = P.rope_cos_sin(positions / factor, 16, dtype=torch.float64)
+    torch.testing.assert_close((c, s), (c_ref, s_ref), rtol=0, atol=0)
+    # the last of L' = factor * 8 positions lands inside the 8 trained ones
+    last = P.rope_cos_sin(torch.tensor([int(8 * factor) - 1]), 16, scaling_factor=factor)
+    inside = P.rope_cos_sin(torch.tensor([8.0 - 1.0 / factor]), 16)
+    torch.testing.assert_close(last, inside)
+
+
+@pytest.mark.parametrize("factor", [2.0, 4.0])
+def test_rope_interpolation_matches_llama_linear_scaling(factor):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    head_dim = 16
+    config = LlamaConfig(
+        hidden_size=4 * head_dim,
+        num_attention_heads=4,
+        head_dim=head_dim,
+        num_hidden_layers=1,
+        intermediate_size=8,
+        vocab_size=8,
+        max_position_embeddings=1024,
+        rope_theta=10000.0,
+        rope_scaling={"rope_type": "linear", "factor": factor},
+    )
+    positions = torch.tensor([0, 1, 3, 17, 100, 511])
+    x = torch.zeros(1, len(positions), head_dim)
+    cos, sin = LlamaRotaryEmbedding(config)(x, positions[None])
+    c, s = P.rope_cos_sin(positions, head_dim, scaling_factor=factor)
+    torch.testing.assert_close((c, s), (cos[0], sin[0]), rtol=1e-4, atol=1e-4)
+    # and it is not plain RoPE
+    assert (P.rope_cos_sin(positions, head_dim)[0] - cos[0]).abs().max() > 0.1
+
+
+def test_rope_scaling_sets_and_restores_every_hook():
+    torch.manual_seed(0)
+    model = lm.PositionalLM(11, "rope", d_model=16, num_heads=2, num_layers=2, max_len=8)
+    data = torch.randint(0, 11, (200,), generator=_gen(3))
+    plain = lm.evaluate_lm(model, data, 16, num_chars=64)
+    with P.rope_scaling(model, 2.0) as changed:
+        assert changed == 2  # one hook per layer
+        scaled = lm.evaluate_lm(model, data, 16, num_chars=64)
+    assert scaled != plain
+    assert all(m.scaling_factor == 1.0 for m in model.modules() if isinstance(m, P.RoPE))
+    assert lm.evaluate_lm(model, data, 16, num_chars=64) == plain
+
+
+def test_rope_scaling_errors_are_clear():
+    model = lm.PositionalLM(11, "alibi", d_model=16, num_heads=2, num_layers=1, max_len=8)
+    with pytest.raises(ValueError, match="no RoPE hook"), P.rope_scaling(model, 2.0):
+        pass
+    with pytest.raises(ValueError, match="scaling_factor must be >= 1"):
+        P.rope_cos_sin(8, 16, scaling_factor=0.5)
+
+
+# ---------------------------------------------------------------------------
+# Chapter 7: the controls of the extrapolation experiment
+# ---------------------------------------------------------------------------
+
+
+def test_position_scale_and_offset_of_the_sinusoidal_model():
+    torch.manual_seed(0)
+    model = lm.PositionalLM(11, "sinusoidal", d_model=16, num_heads=2, num_layers=1)
+    ids = torch.randint(0, 11, (2, 8), generator=_gen(4))
+    x = model.embed(ids)
+    # offset: the table rows offset .. offset + T - 1 are added (checked through a hook on blocks)
+    seen = {}
+    handle = model.blocks.register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
+    model(ids, offset=5)
+    handle.remove()
+    torch.testing.assert_close(seen["x"], x + P.sinusoidal_table(13, 16)[5:])
+    scaled = lm.PositionalLM(
+        11, "sinusoidal", d_model=16, num_heads=2, num_layers=1, position_scale=0.1
+    )
+    handle = scaled.blocks.register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
+    scaled(ids)
+    handle.remove()
+    torch.testing.assert_close(seen["x"], scaled.embed(ids) + 0.1 * P.sinusoidal_table(8, 16))
+
+
+def test_offset_evaluation():
+    torch.manual_seed(0)
+    data = torch.randint(0, 11, (200,), generator=_gen(6))
+    learned = lm.PositionalLM(11, "learned", d_model=16, num_heads=2, num_layers=1, max_len=16)
+    assert math.isfinite(lm.evaluate_lm(learned, data, 8, num_chars=64, offset=8))
+    assert math.isnan(lm.evaluate_lm(learned, data, 8, num_chars=64, offset=9))
+    # a relative method sees offsets j - i only: shifting every position changes nothing
+    alibi = lm.PositionalLM(11, "alibi", d_model=16, num_heads=2, num_layers=1)
+    assert lm.evaluate_lm(alibi, data, 8, num_chars=64, offset=100) == pytest.approx(
+        lm.evaluate_lm(alibi, data, 8, num_chars=64), abs=1e-6
+    )
+    sinus = lm.PositionalLM(11, "sinusoidal", d_model=16, num_heads=2, num_layers=1)
+    assert lm.evaluate_lm(sinus, data, 8, num_chars=64, offset=100) != lm.evaluate_lm(
+        sinus, data, 8, num_chars=64
+    )
+
+
+def test_position_scale_and_offset_errors_are_clear():
+    with pytest.raises(ValueError, match="position_scale scales the sinusoidal table"):
+        lm.PositionalLM(11, "rope", d_model=16, num_heads=2, position_scale=0.5)
+    model = lm.PositionalLM(11, "sinusoidal", d_model=16, num_heads=2, num_layers=1)
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
+        model(torch.zeros(1, 4, dtype=torch.long), offset=-1)
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
+        lm.evaluate_lm(model, torch.zeros(100, dtype=torch.long), 8, num_chars=64, offset=-2)
