@@ -17,8 +17,18 @@ width, ``C_x`` exogenous covariates, ``k`` periodic components of Time2Vec.
   ``n_exog > 0`` its blocks are :class:`course_lib.transformer.DecoderBlock` without the
   causal mask, so the patch tokens *cross-attend* to embedded exogenous
   covariates (past and known future), eq. (10.5);
-* :func:`naive_forecast`, :func:`seasonal_naive_forecast`, :func:`windows`: the
-  baselines and the sliding-window data set used to train and evaluate.
+  ``exog_mode="concat"`` is the control without attention: the covariates are
+  concatenated to the flattened encoder output before the head;
+* :func:`naive_forecast`, :func:`seasonal_naive_forecast`,
+  :func:`seasonal_naive_drift_forecast`, :func:`windows`: the baselines and the
+  sliding-window data set used to train and evaluate;
+* :func:`moving_average_decomposition`, :class:`NLinear`, :class:`DLinear`,
+  eqs. (10.6)-(10.7): the linear forecasters of Zeng et al. (2023), one linear map
+  from the (normalised or decomposed) window to the horizon;
+* :class:`RelativeTimeBias`, eq. (10.8): an attention bias that is a learned
+  function of the time *difference* between query and key, for irregular time
+  stamps; it reads the difference through TGAT's time encoding
+  (:func:`course_lib.gat.time_encoding`, Chapter 14, eq. (14.6)).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from course_lib.gat import time_encoding
 from course_lib.shapes import expect_shape
 from course_lib.transformer import Decoder, Encoder
 
@@ -46,6 +57,11 @@ __all__ = [
     "windows",
     "naive_forecast",
     "seasonal_naive_forecast",
+    "seasonal_naive_drift_forecast",
+    "moving_average_decomposition",
+    "NLinear",
+    "DLinear",
+    "RelativeTimeBias",
 ]
 
 
@@ -203,6 +219,11 @@ class PatchForecaster(nn.Module):
     :class:`course_lib.transformer.DecoderBlock` without a causal mask:
     self-attention among patches, then cross-attention from the patches
     (queries) to the covariate patches (keys and values), then the feed-forward.
+
+    ``exog_mode="concat"`` is the control without cross-attention: the encoder
+    is the plain one, and the head reads the flattened encoder output
+    concatenated with the raw covariates over context and horizon,
+    ``y_hat = W_h [flatten(z); flatten(u)] + b_h`` (``W_h [T_out, N_p D + (T_in + T_out) C_x]``).
     """
 
     def __init__(
@@ -218,20 +239,31 @@ class PatchForecaster(nn.Module):
         dropout: float = 0.0,
         n_exog: int = 0,
         pad_end: bool = False,
+        exog_mode: str = "cross",
     ) -> None:
         super().__init__()
         if horizon < 1 or n_exog < 0:
             raise ValueError(
                 f"PatchForecaster: need horizon >= 1, n_exog >= 0; got {horizon}, {n_exog}"
             )
+        if exog_mode not in ("cross", "concat"):
+            raise ValueError(
+                f"PatchForecaster: exog_mode must be 'cross' (cross-attention, eq. (10.5)) or "
+                f"'concat' (covariates concatenated before the head), got {exog_mode!r}"
+            )
         self.context, self.horizon, self.n_exog = context, horizon, n_exog
+        self.exog_mode = exog_mode if n_exog else None
         self.patch_len, self.stride, self.pad_end = patch_len, stride, pad_end
         self.n_patches = num_patches(context, patch_len, stride, pad_end)
         self.revin = RevIN()
         self.embed = nn.Linear(patch_len, d_model)  # W_p [D, P]
         self.pos = nn.Parameter(torch.randn(self.n_patches, d_model) * 0.02)  # W_pos [N_p, D]
         self.dropout = nn.Dropout(dropout)
-        if n_exog:  # covariates are patched too: [B, C_x, N_x, P] -> tokens [B, N_x, C_x P]
+        n_head_in = self.n_patches * d_model
+        if self.exog_mode == "concat":  # the control: raw covariates next to flatten(z)
+            self.backbone = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=True)
+            n_head_in += (context + horizon) * n_exog
+        elif n_exog:  # covariates are patched too: [B, C_x, N_x, P] -> tokens [B, N_x, C_x P]
             self.n_exog_patches = num_patches(context + horizon, patch_len, stride)
             self.exog_embed = nn.Linear(n_exog * patch_len, d_model)  # [D, C_x P]
             self.exog_pos = nn.Parameter(torch.randn(self.n_exog_patches, d_model) * 0.02)
@@ -240,7 +272,7 @@ class PatchForecaster(nn.Module):
             )
         else:
             self.backbone = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=True)
-        self.head = nn.Linear(self.n_patches * d_model, horizon)  # W_h [T_out, N_p D]
+        self.head = nn.Linear(n_head_in, horizon)  # W_h [T_out, N_p D (+ (T_in + T_out) C_x)]
 
     def forward(self, x: Tensor, exog: Tensor | None = None) -> Tensor:
         expect_shape("PatchForecaster", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
@@ -260,6 +292,11 @@ class PatchForecaster(nn.Module):
         patches = patchify(series, self.patch_len, self.stride, self.pad_end)  # [B, C, N_p, P]
         tokens = patches.reshape(b * c, self.n_patches, self.patch_len)  # channel independence
         z = self.dropout(self.embed(tokens) + self.pos)  # (10.4)        [B C, N_p, D]
+        if self.exog_mode == "concat":
+            z = self.backbone(z).flatten(1)  # [B C, N_p D]
+            u = exog.flatten(1).repeat_interleave(c, dim=0)  # [B C, (T_in + T_out) C_x]
+            y = self.head(torch.cat([z, u], dim=1)).reshape(b, c, self.horizon)  # [B, C, T_out]
+            return self.revin.denormalize(y).transpose(1, 2)  # [B, T_out, C]
         if self.n_exog:
             cov = patchify(exog.transpose(1, 2), self.patch_len, self.stride)  # [B, C_x, N_x, P]
             cov = cov.transpose(1, 2).flatten(2)  # [B, N_x, C_x P]
@@ -316,3 +353,142 @@ def seasonal_naive_forecast(x: Tensor, horizon: int, season: int) -> Tensor:
     last = x[:, -season:]  # [B, m, C]
     reps = math.ceil(horizon / season)
     return last.repeat(1, reps, 1)[:, :horizon]
+
+
+def seasonal_naive_drift_forecast(x: Tensor, horizon: int, season: int) -> Tensor:
+    """Seasonal naive with drift: ``y_hat[t + h] = x[t + h - m k] + k c``, k the smallest k >= 1.
+
+    ``c`` is the mean seasonal difference ``x[s] - x[s - m]`` over the window (the
+    growth over one season), per window and channel: the forecast of a seasonal
+    random walk with drift.  ``x [B, T_in, C] -> [B, T_out, C]``; needs ``T_in > season``.
+    """
+    if x.shape[1] <= season:
+        raise ValueError(
+            f"seasonal_naive_drift_forecast: context {x.shape[1]} must be longer than the "
+            f"season {season} to estimate the drift (give at least {season + 1} steps)"
+        )
+    drift = (x[:, season:] - x[:, :-season]).mean(dim=1, keepdim=True)  # c     [B, 1, C]
+    k = torch.arange(horizon, device=x.device) // season + 1  # seasons back   [T_out]
+    return seasonal_naive_forecast(x, horizon, season) + k[None, :, None] * drift
+
+
+# ---------------------------------------------------------------------------
+# Linear forecasters (Zeng et al., 2023), eqs. (10.6)-(10.7)
+# ---------------------------------------------------------------------------
+
+
+def moving_average_decomposition(x: Tensor, kernel: int) -> tuple[Tensor, Tensor]:
+    """Split ``x [B, C, T_in]`` into ``(seasonal, trend)``, both ``[B, C, T_in]``, eq. (10.7).
+
+    The trend is a centred moving average of ``kernel`` (odd) steps; DLinear pads
+    each end by repeating the first and last values ``(kernel - 1) // 2`` times so
+    the trend keeps the window's length.  ``seasonal = x - trend``.
+    """
+    expect_shape("moving_average_decomposition", "x", x, [("B", None), ("C", None), ("T_in", None)])
+    if kernel < 1 or kernel % 2 == 0:
+        raise ValueError(
+            f"moving_average_decomposition: kernel must be odd and >= 1 (a centred average), "
+            f"got {kernel}; use {kernel + 1 if kernel > 0 else 1}"
+        )
+    half = (kernel - 1) // 2
+    padded = torch.cat(
+        [x[..., :1].expand(*x.shape[:-1], half), x, x[..., -1:].expand(*x.shape[:-1], half)], -1
+    )  # [B, C, T_in + kernel - 1]
+    trend = padded.unfold(-1, kernel, 1).mean(-1)  # [B, C, T_in]
+    return x - trend, trend
+
+
+class NLinear(nn.Module):
+    """NLinear (Zeng et al., 2023), Chapter 10, eq. (10.6): one linear map on the shifted window.
+
+    Per channel, with shared weights: ``y_hat = W (x - x_last) + b + x_last`` with
+    ``W [T_out, T_in]``: subtracting the last value is the normalisation.
+    ``forward(x [B, T_in, C]) -> [B, T_out, C]``.
+    """
+
+    def __init__(self, context: int, horizon: int) -> None:
+        super().__init__()
+        self.context = context
+        self.linear = nn.Linear(context, horizon)  # W [T_out, T_in], b [T_out]
+
+    def forward(self, x: Tensor) -> Tensor:
+        expect_shape("NLinear", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
+        last = x[:, -1:]  # [B, 1, C]
+        y = self.linear((x - last).transpose(1, 2))  # (10.6)   [B, C, T_out]
+        return y.transpose(1, 2) + last  # [B, T_out, C]
+
+
+class DLinear(nn.Module):
+    """DLinear (Zeng et al., 2023), Chapter 10, eq. (10.7): linear maps of trend and remainder.
+
+    ``(s, r) = moving_average_decomposition(x, kernel)`` and
+    ``y_hat = W_s s + W_r r + b`` (``W_s, W_r [T_out, T_in]``), per channel with shared
+    weights.  With ``normalize`` (default) the window goes through :class:`RevIN`
+    first, as in the patch forecaster, so both models see the same normalised
+    windows; the paper's DLinear has no normalisation.
+    ``forward(x [B, T_in, C]) -> [B, T_out, C]``.
+    """
+
+    def __init__(
+        self, context: int, horizon: int, kernel: int = 25, normalize: bool = True
+    ) -> None:
+        super().__init__()
+        self.context, self.kernel = context, kernel
+        self.revin = RevIN() if normalize else None
+        self.seasonal = nn.Linear(context, horizon)  # W_s [T_out, T_in]
+        self.trend = nn.Linear(context, horizon, bias=False)  # W_r [T_out, T_in]
+
+    def forward(self, x: Tensor) -> Tensor:
+        expect_shape("DLinear", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
+        series = x.transpose(1, 2)  # [B, C, T_in]
+        if self.revin is not None:
+            series = self.revin.normalize(series)
+        s, r = moving_average_decomposition(series, self.kernel)  # (10.7)   [B, C, T_in] each
+        y = self.seasonal(s) + self.trend(r)  # (10.7)  [B, C, T_out]
+        if self.revin is not None:
+            y = self.revin.denormalize(y)
+        return y.transpose(1, 2)  # [B, T_out, C]
+
+
+# ---------------------------------------------------------------------------
+# Relative temporal encoding: a bias on time differences, eq. (10.8)
+# ---------------------------------------------------------------------------
+
+
+class RelativeTimeBias(nn.Module):
+    """An attention bias that is a learned function of elapsed time, Chapter 10, eq. (10.8).
+
+    For query times ``t_q [B, T]`` and key times ``t_k [B, S]`` (any real numbers:
+    irregular sampling is the point), head ``r``'s bias is
+
+        ``bias[b, r, i, j] = a_r^T Phi(t_q[b, i] - t_k[b, j]) + c_r``
+
+    with ``Phi`` TGAT's time encoding (:func:`course_lib.gat.time_encoding`,
+    Chapter 14, eq. (14.6)) at frequencies ``omega = 2 pi / periods``, fixed
+    unless ``learn_frequencies``; ``a_r [2d]``, ``c_r`` learned.  It depends on the
+    differences only, so shifting every time stamp changes nothing; add it to the
+    attention scores (a float ``mask`` of :class:`course_lib.attention.MultiHeadAttention`),
+    as ALiBi adds a penalty on the *index* distance (Chapter 8, eq. (8.5)).
+    ``forward(t_q [B, T], t_k [B, S]) -> [B, h, T, S]``.
+    """
+
+    def __init__(
+        self, num_heads: int, periods: list[float] | Tensor, learn_frequencies: bool = False
+    ) -> None:
+        super().__init__()
+        periods = torch.as_tensor(periods, dtype=torch.float32)
+        if periods.dim() != 1 or len(periods) == 0 or bool((periods <= 0).any()):
+            raise ValueError("RelativeTimeBias: periods must be a 1-D list of positive numbers")
+        omega = 2 * math.pi / periods  # [d]
+        if learn_frequencies:
+            self.omega = nn.Parameter(omega)
+        else:
+            self.register_buffer("omega", omega)
+        self.proj = nn.Linear(2 * len(periods), num_heads)  # a_r (rows), c_r   [h, 2d]
+
+    def forward(self, t_q: Tensor, t_k: Tensor) -> Tensor:
+        expect_shape("RelativeTimeBias", "t_q", t_q, [("B", None), ("T", None)])
+        expect_shape("RelativeTimeBias", "t_k", t_k, [("B", t_q.shape[0]), ("S", None)])
+        dt = t_q[:, :, None] - t_k[:, None, :]  # elapsed time         [B, T, S]
+        phi = time_encoding(dt, self.omega)  # (14.6)                     [B, T, S, 2d]
+        return self.proj(phi.to(self.proj.weight.dtype)).permute(0, 3, 1, 2)  # (10.8) [B, h, T, S]

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 from torch import nn
 
+from course_lib.gat import time_encoding
 from course_lib.timeseries import (
+    DLinear,
+    NLinear,
     PatchForecaster,
+    RelativeTimeBias,
     Time2Vec,
     calendar_features,
+    moving_average_decomposition,
     naive_forecast,
     num_patches,
     patchify,
+    seasonal_naive_drift_forecast,
     seasonal_naive_forecast,
     windows,
 )
@@ -120,3 +127,115 @@ def test_windows_and_baselines():
 def test_windows_error_names_the_valid_range():
     with pytest.raises(ValueError, match=r"L=6, H=3, so 0 <= s <= 11\); got starts from 5 to 15"):
         windows(torch.arange(20.0), 6, 3, [5, 15])
+
+
+def test_seasonal_naive_drift_is_exact_on_trend_plus_season():
+    t = torch.arange(200.0)
+    series = 300 + 0.03 * t + torch.sin(2 * math.pi * t / 12)  # linear trend + period 12
+    x, y = windows(series, 40, 30, [0, 17, 100])
+    pred = seasonal_naive_drift_forecast(x, 30, season=12)
+    assert torch.allclose(pred, y, atol=1e-3)  # the drift is the trend's growth per season
+    assert not torch.allclose(seasonal_naive_forecast(x, 30, 12), y, atol=0.1)
+    ref = torch.empty(3, 30)  # a loop over the definition
+    for b in range(3):
+        xb = x[b, :, 0]
+        c = np.mean([float(xb[s] - xb[s - 12]) for s in range(12, 40)])
+        for h in range(30):
+            k = h // 12 + 1
+            ref[b, h] = xb[40 + h - 12 * k] + k * c
+    assert torch.allclose(pred[..., 0], ref, atol=1e-4)
+    with pytest.raises(ValueError, match="at least 13 steps"):
+        seasonal_naive_drift_forecast(x[:, :12], 5, 12)
+
+
+@pytest.mark.parametrize("kernel", [1, 5, 25])
+def test_moving_average_matches_pandas_rolling_mean(kernel):
+    x = torch.randn(2, 3, 60, dtype=torch.float64)
+    seasonal, trend = moving_average_decomposition(x, kernel)
+    half = (kernel - 1) // 2
+    for b in range(2):
+        for c in range(3):
+            values = x[b, c].numpy()
+            inner = pd.Series(values).rolling(kernel, center=True).mean().to_numpy()
+            ok = ~np.isnan(inner)  # the interior: no padding involved
+            assert np.allclose(trend[b, c].numpy()[ok], inner[ok])
+            padded = np.pad(values, half, mode="edge")  # DLinear's end padding
+            full = pd.Series(padded).rolling(kernel, center=True).mean().to_numpy()
+            assert np.allclose(trend[b, c].numpy(), full[half : half + 60])
+    assert torch.allclose(seasonal + trend, x)
+
+
+def test_moving_average_rejects_even_kernel():
+    with pytest.raises(ValueError, match="odd.*got 26; use 27"):
+        moving_average_decomposition(torch.randn(1, 1, 30), 25 + 1)
+
+
+def test_nlinear_and_dlinear_match_their_equations():
+    torch.manual_seed(0)
+    x = torch.randn(4, 48, 2, dtype=torch.float64)
+    nl = NLinear(48, 12).double()
+    w, b = nl.linear.weight, nl.linear.bias
+    last = x[:, -1:, :]
+    ref = torch.einsum("ht,btc->bhc", w, x - last) + b[None, :, None] + last
+    assert torch.allclose(nl(x), ref)
+    assert torch.allclose(nl(x + 7.0), nl(x) + 7.0)  # a level shift passes through
+    dl = DLinear(48, 12, kernel=9, normalize=False).double()
+    s, r = moving_average_decomposition(x.transpose(1, 2), 9)
+    ref = dl.seasonal(s) + dl.trend(r)
+    assert torch.allclose(dl(x), ref.transpose(1, 2))
+    dn = DLinear(48, 12, kernel=9).double()  # with RevIN: scale and shift pass through
+    assert torch.allclose(dn(3 * x + 100), 3 * dn(x) + 100, atol=1e-6)
+    assert dn(x).shape == (4, 12, 2)
+    with pytest.raises(ValueError, match="T_in=48"):
+        dl(torch.randn(4, 40, 2, dtype=torch.float64))
+
+
+def test_relative_time_bias_matches_a_loop_and_is_translation_invariant():
+    torch.manual_seed(0)
+    bias = RelativeTimeBias(3, periods=[2.0, 7.0, 52.0, 365.0]).double()
+    t_q = torch.rand(2, 5, dtype=torch.float64) * 100
+    t_k = torch.sort(torch.rand(2, 9, dtype=torch.float64) * 100).values  # irregular stamps
+    out = bias(t_q, t_k)
+    assert out.shape == (2, 3, 5, 9)
+    a, c = bias.proj.weight, bias.proj.bias  # [h, 2d], [h]
+    ref = torch.empty(2, 3, 5, 9, dtype=torch.float64)
+    for b_ in range(2):
+        for i in range(5):
+            for j in range(9):
+                dt = float(t_q[b_, i] - t_k[b_, j])
+                phi = []
+                for w in bias.omega.tolist():
+                    phi += [math.cos(w * dt), math.sin(w * dt)]
+                phi = torch.tensor(phi, dtype=torch.float64) / 2.0  # sqrt(1/d), d = 4
+                ref[b_, :, i, j] = a @ phi + c
+    assert torch.allclose(out, ref, atol=1e-10)
+    assert torch.allclose(bias(t_q + 1234.5, t_k + 1234.5), out, atol=1e-9)  # shift: no change
+    dt = (t_q[:, :, None] - t_k[:, None, :]).unsqueeze(1)  # as chapter 14's time encoding
+    assert torch.allclose(
+        out, bias.proj(time_encoding(dt, bias.omega)).squeeze(1).permute(0, 3, 1, 2)
+    )
+    assert not torch.allclose(bias(t_q, t_k + 1.0), out)
+    learned = RelativeTimeBias(2, periods=[5.0, 10.0], learn_frequencies=True)
+    assert isinstance(learned.omega, nn.Parameter) and "omega" in dict(bias.named_buffers())
+    with pytest.raises(ValueError, match="positive"):
+        RelativeTimeBias(2, periods=[5.0, -1.0])
+    with pytest.raises(ValueError, match=r"t_k must be \[B=2"):
+        bias(t_q, torch.rand(3, 9, dtype=torch.float64))
+
+
+def test_concat_control_reads_the_covariates_without_cross_attention():
+    torch.manual_seed(0)
+    kw = dict(patch_len=8, stride=4, d_model=16, num_heads=2, n_exog=2)
+    cat = PatchForecaster(48, 12, exog_mode="concat", **kw).eval()
+    assert not any("cross_attn" in name for name, _ in cat.named_modules())
+    assert cat.head.in_features == cat.n_patches * 16 + 60 * 2
+    x, e = torch.randn(3, 48, 2), torch.randn(3, 60, 2)
+    assert cat(x, e).shape == (3, 12, 2)
+    e2 = e.clone()
+    e2[:, 55, 0] += 1.0  # a change in the horizon's covariates moves the forecast linearly
+    delta = cat(x, e2) - cat(x, e)
+    w = cat.head.weight[:, cat.n_patches * 16 + 55 * 2]  # [T_out]: the head's column for it
+    std = x.std(dim=1, unbiased=False) + cat.revin.eps  # RevIN's scale   [B, C]
+    assert torch.allclose(delta, w[None, :, None] * std[:, None, :], atol=1e-5)
+    with pytest.raises(ValueError, match="exog_mode must be 'cross'"):
+        PatchForecaster(48, 12, exog_mode="add", **kw)
