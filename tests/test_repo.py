@@ -205,3 +205,55 @@ def test_public_functions_have_type_hints():
                 if sig.return_annotation is inspect.Signature.empty:
                     missing.append(f"{info.name}.{name}")
     assert not missing, f"public functions without a return type hint: {missing}"
+
+
+def _exercise_title(solution: Path) -> str:
+    nb = json.loads(solution.read_text())
+    for cell in nb["cells"]:
+        for line in cell["source"]:
+            if cell["cell_type"] == "markdown" and line.startswith("# Exercise"):
+                return line.removeprefix("# ").strip()
+    raise AssertionError(f"{solution} has no '# Exercise N.M: title' heading")
+
+
+def expected_exercises_cell(chapter: Path) -> str:
+    """The closing cell every chapter ends with: its exercises, each opening in Colab."""
+    owner_repo = REPO_URL.removeprefix("https://github.com/")
+    prefix = chapter.name[:5]  # "ch01_"
+    items = []
+    for solution in sorted((ROOT / "solutions").glob(f"{prefix}*.ipynb")):
+        title = _exercise_title(solution)
+        rel = f"exercises/{solution.name}"
+        url = f"https://colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/{rel}"
+        items.append((title, url, rel))
+    items.sort(key=lambda item: [int(n) for n in re.findall(r"\d+", item[0].split(":")[0])])
+    lines = [
+        "## Exercises",
+        "",
+        "Each exercise is a notebook: read it here, or open it in Colab (or locally, from",
+        "`exercises/`) to do it. Every question ends with a `check(...)` cell that tells you",
+        "at once whether your answer is right, and what is wrong if it is not.",
+        "",
+    ]
+    lines += [f"- [{title}](../{rel}) ([open in Colab]({url}))" for title, url, rel in items]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    "chapter", sorted((ROOT / "notebooks").glob("ch*.ipynb")), ids=lambda p: p.name
+)
+def test_every_chapter_ends_with_what_to_remember_and_its_exercises(chapter):
+    nb = json.loads(chapter.read_text())
+    cells = nb["cells"]
+    last = "".join(cells[-1]["source"])
+    expected = expected_exercises_cell(chapter)
+    assert expected.count("](https://colab") >= 2, f"{chapter.name}: no exercises found for it"
+    assert cells[-1]["cell_type"] == "markdown" and last == expected, (
+        f"{chapter.name} must end with a markdown cell linking its exercises, exactly:\n\n"
+        f"{expected}\n\n(found:\n{last[:300]})"
+    )
+    before = "".join(cells[-2]["source"])
+    assert before.startswith("## What to remember\n"), (
+        f"{chapter.name}: the cell before the exercises must be the chapter's short summary, "
+        "starting with '## What to remember'"
+    )
