@@ -44,7 +44,12 @@ def _check_grid(where: str, height: int, width: int, window: int, shift: int) ->
 
 
 def window_ids(
-    height: int, width: int, window: int, shift: int = 0, *, device: torch.device | str | None = None
+    height: int,
+    width: int,
+    window: int,
+    shift: int = 0,
+    *,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """The window each token belongs to, ``[N]`` (row-major), windows offset by ``shift``.
 
@@ -59,7 +64,12 @@ def window_ids(
 
 
 def window_attention_mask(
-    height: int, width: int, window: int, shift: int = 0, *, device: torch.device | str | None = None
+    height: int,
+    width: int,
+    window: int,
+    shift: int = 0,
+    *,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """The mask ``[N, N]`` (True = may attend) of window attention: the same window."""
     ids = window_ids(height, width, window, shift, device=device)
