@@ -7,8 +7,11 @@ network here holds those assumptions and nothing more:
 * **locality**: every output of a 3 x 3 convolution reads a 3 x 3 neighbourhood;
 * **weight sharing**: the same kernel at every position, so the feature maps
   move with the image (translation equivariance);
-* **pooling**: a 2 x 2 max pool and a global average over the last map, so a
-  small shift of the digit changes the class scores little or not at all.
+* **pooling**: two 2 x 2 max pools, so a shift of a pixel changes the pooled
+  maps little.
+
+It keeps *where* a feature was found (the last maps are flattened, not
+averaged), as LeNet did.
 
 Shapes (``book/notation.md``): ``B`` batch, ``C`` image channels, ``height`` and
 ``width`` in pixels, ``w`` the width (channels) of the first convolution, ``K``
@@ -25,45 +28,48 @@ __all__ = ["ConvNet"]
 
 
 class ConvNet(nn.Module):
-    """Three 3 x 3 convolutions, a max pool and a linear head.
+    """Two 3 x 3 convolutions, each followed by ReLU and a 2 x 2 max pool, and a linear head.
 
-    ``conv(C -> w), ReLU, conv(w -> 2w), ReLU, maxpool 2 x 2, conv(2w -> 2w), ReLU``
-    (:meth:`feature_maps`, ``[B, 2w, height/2, width/2]``; every convolution pads
-    by one pixel, so only the pool changes the size), then the mean over
-    positions and ``Linear(2w, K)``: ``forward(images [B, C, height, width]) ->
-    logits [B, K]``.  Height and width must be even.
+    ``conv(C -> w), ReLU, maxpool, conv(w -> 2w), ReLU, maxpool``
+    (:meth:`feature_maps`, ``[B, 2w, height/4, width/4]``; each convolution pads by
+    one pixel, so only the pools change the size), then flattened to
+    ``2w (height/4) (width/4)`` numbers and ``Linear(..., K)``:
+    ``forward(images [B, C, height, width]) -> logits [B, K]``.  ``image_size``
+    (height = width) must be a multiple of 4.
     """
 
-    def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 8) -> None:
+    def __init__(
+        self, image_size: int, num_classes: int, *, in_channels: int = 1, width: int = 16
+    ) -> None:
         super().__init__()
         if min(num_classes, in_channels, width) < 1:
             raise ValueError(
                 "ConvNet: num_classes, in_channels and width must be >= 1, got "
                 f"{num_classes}, {in_channels}, {width}"
             )
-        self.in_channels = in_channels
+        if image_size < 4 or image_size % 4:
+            raise ValueError(f"ConvNet: image_size must be a multiple of 4, got {image_size}")
+        self.image_size, self.in_channels = image_size, in_channels
         w = width
         self.convs = nn.Sequential(
             nn.Conv2d(in_channels, w, 3, padding=1),  # [B, w, height, width]
             nn.ReLU(),
-            nn.Conv2d(w, 2 * w, 3, padding=1),  # [B, 2w, height, width]
+            nn.MaxPool2d(2),  # [B, w, height/2, width/2]
+            nn.Conv2d(w, 2 * w, 3, padding=1),  # [B, 2w, height/2, width/2]
             nn.ReLU(),
-            nn.MaxPool2d(2),  # [B, 2w, height/2, width/2]
-            nn.Conv2d(2 * w, 2 * w, 3, padding=1),  # [B, 2w, height/2, width/2]
-            nn.ReLU(),
+            nn.MaxPool2d(2),  # [B, 2w, height/4, width/4]
         )
-        self.head = nn.Linear(2 * w, num_classes)
+        self.head = nn.Linear(2 * w * (image_size // 4) ** 2, num_classes)
 
     def feature_maps(self, images: Tensor) -> Tensor:
-        """The last convolution's output, ``[B, 2w, height/2, width/2]``."""
-        ok = images.dim() == 4 and images.shape[1] == self.in_channels
-        if not ok or images.shape[-1] % 2 or images.shape[-2] % 2:
+        """The maps after the second pool, ``[B, 2w, height/4, width/4]``."""
+        size = (self.image_size, self.image_size)
+        if images.dim() != 4 or images.shape[1] != self.in_channels or images.shape[-2:] != size:
             raise ValueError(
-                f"ConvNet: images must be [B, C={self.in_channels}, height, width] with even "
-                f"height and width, got {fmt_shape(images.shape)}"
+                f"ConvNet: images must be [B, C={self.in_channels}, {self.image_size}, "
+                f"{self.image_size}], got {fmt_shape(images.shape)}"
             )
         return self.convs(images)
 
     def forward(self, images: Tensor) -> Tensor:
-        pooled = self.feature_maps(images).mean(dim=(-2, -1))  # global average      [B, 2w]
-        return self.head(pooled)  # [B, K]
+        return self.head(self.feature_maps(images).flatten(1))  # [B, K]

@@ -165,7 +165,7 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
         vit.ViT(4, 2, 3, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF, dropout=P),
         (_x(2, 1, 4, 4),),
     ),
-    "ConvNet": lambda: (convnet.ConvNet(3, width=2), (_x(2, 1, 4, 4),)),
+    "ConvNet": lambda: (convnet.ConvNet(4, 3, width=2), (_x(2, 1, 4, 4),)),
     # positions (Chapters 7-8)
     "LearnedPositions": lambda: (positional.LearnedPositions(6, D), (4, 1)),
     "PositionHook": lambda: _with_hook(positional.PositionHook()),
