@@ -1,25 +1,27 @@
 """Swin's window attention: attention inside non-overlapping windows of patches (Chapter 13).
 
 Liu et al. (2021) restore locality to the Vision Transformer: the ``height x width``
-grid of patch tokens is cut into ``M x M`` windows, and each token attends only
+grid of patch tokens is cut into ``window x window`` windows, and each token attends only
 to the tokens of its own window.  The next layer moves the windows by
-``shift = M // 2`` tokens, so that information crosses the old window borders.
+``shift = window // 2`` tokens, so that information crosses the old window borders.
 
 Two ways to compute the same thing:
 
 * as **full attention with a mask** (:func:`window_attention_mask`): token ``i``
   may attend to token ``j`` iff they lie in the same window; simple, but it still
-  computes all ``N^2`` scores (``N = height * width``);
+  computes all ``N_p^2`` scores (``N_p = height * width``);
 * as **a batch of small attentions** (:func:`window_attention`): the windows are
-  cut out of the grid and attention runs inside each one, ``N M^2`` scores in all,
+  cut out of the grid and attention runs inside each one, ``N_p window^2`` scores in all,
   linear in the number of tokens.  A shifted layer rolls the grid by ``-shift``
-  first (Swin's "cyclic shift"), so that every window is again a full ``M x M``
-  block, and masks the pairs that the roll brought together from opposite edges.
+  first (Swin's "cyclic shift"), so that every window is again a full
+  ``window x window`` block, and masks the pairs that the roll brought together from opposite edges.
 
-With ``shift = s`` the windows start at rows and columns ``s, s + M, ...``; the
+With ``shift = s`` the windows start at rows and columns ``s, s + window, ...``; the
 first ``s`` rows (and columns) form a smaller window of their own, as do the
 cut-off last ones.  Shapes (``book/notation.md``): ``B`` batch, ``h`` heads,
-``N = height * width`` tokens in row-major order, ``d`` head width, ``M`` window size.
+``N_p = height * width`` patch tokens in row-major order, ``d`` head width; the
+window size is written out as ``window`` (``M`` in the Swin paper, a letter the
+course keeps for masks).
 """
 
 from __future__ import annotations
@@ -51,16 +53,16 @@ def window_ids(
     *,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """The window each token belongs to, ``[N]`` (row-major), windows offset by ``shift``.
+    """The window each token belongs to, ``[N_p]`` (row-major), windows offset by ``shift``.
 
-    Row ``r`` lies in window row ``floor((r - shift) / M)`` (``-1`` for the first
+    Row ``r`` lies in window row ``floor((r - shift) / window)`` (``-1`` for the first
     ``shift`` rows), columns likewise; the id is unique per (window row, window column).
     """
     _check_grid("window_ids", height, width, window, shift)
     rows = torch.div(torch.arange(height, device=device) - shift, window, rounding_mode="floor")
     cols = torch.div(torch.arange(width, device=device) - shift, window, rounding_mode="floor")
-    per_row = width // window + 1  # window columns -1 .. width/M - 1
-    return ((rows[:, None] + 1) * per_row + (cols[None, :] + 1)).flatten()  # [N]
+    per_row = width // window + 1  # window columns -1 .. width/window - 1
+    return ((rows[:, None] + 1) * per_row + (cols[None, :] + 1)).flatten()  # [N_p]
 
 
 def window_attention_mask(
@@ -71,31 +73,31 @@ def window_attention_mask(
     *,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """The mask ``[N, N]`` (True = may attend) of window attention: the same window."""
+    """The mask ``[N_p, N_p]`` (True = may attend) of window attention: the same window."""
     ids = window_ids(height, width, window, shift, device=device)
     return ids[:, None] == ids[None, :]
 
 
 def _to_windows(x: Tensor, height: int, width: int, window: int) -> Tensor:
-    """``[B, h, N, d]`` -> ``[B, h, n_w, M*M, d]``, each window's tokens in row-major order."""
+    """``[B, h, N_p, d]`` -> ``[B, h, n_w, window^2, d]``, each window's tokens row by row."""
     b, heads, _, d = x.shape
     m = window
     x = x.reshape(b, heads, height // m, m, width // m, m, d)
-    x = x.permute(0, 1, 2, 4, 3, 5, 6)  # [B, h, height/M, width/M, M, M, d]
+    x = x.permute(0, 1, 2, 4, 3, 5, 6)  # [B, h, height/window, width/window, window, window, d]
     return x.reshape(b, heads, (height // m) * (width // m), m * m, d)
 
 
 def _from_windows(x: Tensor, height: int, width: int, window: int) -> Tensor:
-    """The inverse of :func:`_to_windows`: ``[B, h, n_w, M*M, d]`` -> ``[B, h, N, d]``."""
+    """The inverse of :func:`_to_windows`: ``[B, h, n_w, window^2, d]`` -> ``[B, h, N_p, d]``."""
     b, heads, _, _, d = x.shape
     m = window
     x = x.reshape(b, heads, height // m, width // m, m, m, d)
-    x = x.permute(0, 1, 2, 4, 3, 5, 6)  # [B, h, height/M, M, width/M, M, d]
+    x = x.permute(0, 1, 2, 4, 3, 5, 6)  # [B, h, height/window, window, width/window, window, d]
     return x.reshape(b, heads, height * width, d)
 
 
 def _roll(x: Tensor, height: int, width: int, by: int) -> Tensor:
-    """Roll the token grid of ``x`` [B, h, N, d] by ``by`` rows and columns (cyclically)."""
+    """Roll the token grid of ``x`` [B, h, N_p, d] by ``by`` rows and columns (cyclically)."""
     grid = x.reshape(*x.shape[:2], height, width, x.shape[-1])
     return grid.roll((by, by), dims=(2, 3)).reshape(x.shape)
 
@@ -109,18 +111,18 @@ def window_attention(
     window: int,
     shift: int = 0,
 ) -> Tensor:
-    """Scaled dot-product attention inside ``window x window`` windows, cost linear in ``N``.
+    """Scaled dot-product attention inside ``window x window`` windows, cost linear in ``N_p``.
 
-    ``query``, ``key``, ``value`` [B, h, N, d] with ``N = height * width`` tokens
+    ``query``, ``key``, ``value`` [B, h, N_p, d] with ``N_p = height * width`` tokens
     in row-major order.  Equal to full attention (Chapter 3, eq. (3.2)) under
     :func:`window_attention_mask` ``(height, width, window, shift)``, but computes
-    only ``N M^2`` scores: ``[B, h, n_w, M^2, M^2]`` for the ``n_w = N / M^2``
-    windows.  Returns ``[B, h, N, d]``.
+    only ``N_p window^2`` scores: ``[B, h, n_w, window^2, window^2]`` for the
+    ``n_w = N_p / window^2`` windows.  Returns ``[B, h, N_p, d]``.
     """
     _check_grid("window_attention", height, width, window, shift)
     if query.dim() != 4 or query.shape[-2] != height * width:
         raise ValueError(
-            f"window_attention: query must be [B, h, N={height * width}, d], "
+            f"window_attention: query must be [B, h, N_p={height * width}, d], "
             f"got {fmt_shape(query.shape)}"
         )
     if key.shape != query.shape or value.shape != query.shape:
@@ -129,14 +131,14 @@ def window_attention(
             f"got {fmt_shape(key.shape)} and {fmt_shape(value.shape)}"
         )
     q, k, v = (_roll(t, height, width, -shift) for t in (query, key, value))  # cyclic shift
-    q, k, v = (_to_windows(t, height, width, window) for t in (q, k, v))  # [B, h, n_w, M^2, d]
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # [B, h, n_w, M^2, M^2]
+    q, k, v = (_to_windows(t, height, width, window) for t in (q, k, v))  # [B, h, n_w, window^2, d]
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # [B, h, n_w, window^2, window^2]
     mask = None
     if shift:  # the tokens' true windows, rolled like the grid: pairs from different ones masked
-        ids = window_ids(height, width, window, shift, device=query.device)  # [N]
+        ids = window_ids(height, width, window, shift, device=query.device)  # [N_p]
         ids = _roll(ids.view(1, 1, -1, 1), height, width, -shift)
-        ids = _to_windows(ids, height, width, window)[0, 0, :, :, 0]  # [n_w, M^2]
-        mask = ids[:, :, None] == ids[:, None, :]  # [n_w, M^2, M^2]
-    out = masked_softmax(scores, mask) @ v  # [B, h, n_w, M^2, d]
-    out = _from_windows(out, height, width, window)  # [B, h, N, d]
+        ids = _to_windows(ids, height, width, window)[0, 0, :, :, 0]  # [n_w, window^2]
+        mask = ids[:, :, None] == ids[:, None, :]  # [n_w, window^2, window^2]
+    out = masked_softmax(scores, mask) @ v  # [B, h, n_w, window^2, d]
+    out = _from_windows(out, height, width, window)  # [B, h, N_p, d]
     return _roll(out, height, width, shift)  # undo the cyclic shift

@@ -54,7 +54,7 @@ def test_errors():
         swin.window_attention(q, q, q, 8, 8, 3)
     with pytest.raises(ValueError, match=r"shift must be in \[0, window=4\), got 4"):
         swin.window_attention_mask(8, 8, 4, shift=4)
-    with pytest.raises(ValueError, match=r"query must be \[B, h, N=16, d\], got \[1, 1, 64, 4\]"):
+    with pytest.raises(ValueError, match=r"query must be \[B, h, N_p=16, d\], got \[1, 1, 64, 4\]"):
         swin.window_attention(q, q, q, 4, 4, 2)
     with pytest.raises(ValueError, match="key and value must have the query's shape"):
         swin.window_attention(q, q[..., :2], q, 8, 8, 4)
