@@ -20,6 +20,8 @@ implements.  Notebooks import from here and show the source with
 ``gpt``            GPT, sampling, LoRA (Ch. 11)
 ``bert``           BERT, masked language modelling (Ch. 12)
 ``vit``            the Vision Transformer (Ch. 13)
+``convnet``        a small convolutional network, the ViT's baseline (Ch. 13)
+``swin``           Swin's window attention (Ch. 13)
 ``gat``            graph convolution and graph attention layers (Ch. 14)
 ``sparse``         sparse node features for the first graph layer (Ch. 14)
 ``gat_training``   node classification with the GAT paper's early stopping (Ch. 14)

@@ -24,9 +24,17 @@ The parameter layout follows Hugging Face's ``ViTModel`` closely enough that the
 tests copy its weights into :class:`ViT` and match its output within 1e-5.
 :func:`attention_rollout` and :func:`cls_attention_map` turn the recorded
 attention weights into one map over the patch grid per image.
+
+Without ``E_pos`` the encoder is permutation-equivariant over the patches:
+:func:`permute_patches` shuffles the patches of an image and
+:func:`with_permuted_positions` moves the position embeddings with them, and the
+two together leave the class scores unchanged (the patch-shuffle test of the
+chapter).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +43,15 @@ from course_lib.attention import record_attention
 from course_lib.shapes import fmt_shape
 from course_lib.transformer import EncoderBlock
 
-__all__ = ["patchify", "PatchEmbedding", "ViT", "attention_rollout", "cls_attention_map"]
+__all__ = [
+    "patchify",
+    "PatchEmbedding",
+    "ViT",
+    "attention_rollout",
+    "cls_attention_map",
+    "permute_patches",
+    "with_permuted_positions",
+]
 
 
 def _check_images(where: str, images: Tensor, channels: int | None, patch_size: int) -> None:
@@ -231,3 +247,47 @@ def cls_attention_map(weights: Tensor, grid: int, *, rollout: bool = True) -> Te
     patches = rows[:, 1:]  # drop the CLS column                           [B, N_p]
     patches = patches / patches.sum(dim=-1, keepdim=True)
     return patches.reshape(-1, grid, grid)
+
+
+def _check_perm(where: str, perm: Tensor, n: int) -> None:
+    if not isinstance(perm, Tensor) or perm.shape != (n,) or perm.is_floating_point():
+        got = fmt_shape(perm.shape) if isinstance(perm, Tensor) else type(perm).__name__
+        raise ValueError(f"{where}: perm must be an integer tensor [N_p={n}], got {got}")
+    if not torch.equal(perm.sort().values.cpu(), torch.arange(n)):
+        raise ValueError(f"{where}: perm must hold each of 0 .. {n - 1} once (torch.randperm({n}))")
+
+
+def permute_patches(images: Tensor, perm: Tensor, patch_size: int) -> Tensor:
+    """Shuffle the patches of every image: patch ``k`` of the result is patch ``perm[k]``.
+
+    ``images`` [B, C, height, width], ``perm`` [N_p] a permutation of the patch
+    indices (row-major, as in :func:`patchify`).  Returns an image of the same
+    shape, so that ``patchify(permute_patches(x, perm, P), P) == patchify(x, P)[:, perm]``.
+    The pixels inside each patch keep their arrangement.
+    """
+    _check_images("permute_patches", images, None, patch_size)
+    b, c, h, w = images.shape
+    p, gh, gw = patch_size, h // patch_size, w // patch_size
+    _check_perm("permute_patches", perm, gh * gw)
+    x = images.reshape(b, c, gh, p, gw, p).permute(0, 2, 4, 1, 3, 5)  # [B, gh, gw, C, P, P]
+    x = x.reshape(b, gh * gw, c, p, p)[:, perm.to(images.device)]  # shuffled  [B, N_p, C, P, P]
+    x = x.reshape(b, gh, gw, c, p, p).permute(0, 3, 1, 4, 2, 5)  # [B, C, gh, P, gw, P]
+    return x.reshape(b, c, h, w)
+
+
+def with_permuted_positions(model: ViT, perm: Tensor) -> ViT:
+    """A copy of ``model`` whose patch position embeddings are shuffled like the patches.
+
+    Row ``k`` of the copy's patch positions is row ``perm[k]`` of the original's
+    (the CLS position stays).  Every other part of a ViT treats the patches as a
+    set, so ``copy(permute_patches(x, perm))`` equals ``model(x)``: the model sees
+    each patch with its own position, wherever it sits in the sequence.
+    """
+    if not isinstance(model, ViT):
+        raise TypeError(f"with_permuted_positions: model must be a ViT, got {type(model).__name__}")
+    _check_perm("with_permuted_positions", perm, model.num_patches)
+    shuffled = copy.deepcopy(model)
+    with torch.no_grad():
+        patch_rows = model.pos_embed[:, 1:][:, perm.to(model.pos_embed.device)]  # [1, N_p, D]
+        shuffled.pos_embed[:, 1:] = patch_rows
+    return shuffled

@@ -36,7 +36,19 @@ import torch
 from torch import Tensor, nn
 
 import course_lib
-from course_lib import attention, bert, gat, gpt, lm, positional, rnn, seq2seq, timeseries, vit
+from course_lib import (
+    attention,
+    bert,
+    convnet,
+    gat,
+    gpt,
+    lm,
+    positional,
+    rnn,
+    seq2seq,
+    timeseries,
+    vit,
+)
 from course_lib import transformer as tf
 
 pytestmark = pytest.mark.usefixtures("seed_and_one_thread")
@@ -160,6 +172,7 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
         vit.ViT(4, 2, 3, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF, dropout=P),
         (_x(2, 1, 4, 4),),
     ),
+    "ConvNet": lambda: (convnet.ConvNet(4, 3, width=2), (_x(2, 1, 4, 4),)),
     # positions (Chapters 7-8)
     "LearnedPositions": lambda: (positional.LearnedPositions(6, D), (4, 1)),
     "PositionHook": lambda: _with_hook(positional.PositionHook()),

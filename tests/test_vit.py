@@ -129,6 +129,32 @@ def test_rollout_and_maps(pair):
     torch.testing.assert_close(last.flatten(1), expected / expected.sum(-1, keepdim=True))
 
 
+def test_patch_shuffle():
+    """permute_patches moves whole patches; with the positions moved alike, a ViT's output
+    does not change (the encoder treats the patches as a set), and without, it does."""
+    torch.manual_seed(2)
+    images = torch.rand(3, 2, 8, 8)
+    perm = torch.randperm(16)
+    shuffled = vit.permute_patches(images, perm, 2)
+    assert torch.equal(vit.patchify(shuffled, 2), vit.patchify(images, 2)[:, perm])
+    assert torch.equal(vit.permute_patches(shuffled, perm.argsort(), 2), images)
+    model = vit.ViT(IMG, P, 10, d_model=D, num_layers=2, num_heads=HEADS, d_ff=FF).double().eval()
+    with torch.no_grad():  # positions large enough to matter
+        model.pos_embed.normal_(std=1.0)
+    x = torch.rand(3, 1, IMG, IMG, dtype=torch.float64)
+    moved = vit.with_permuted_positions(model, perm)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            moved(vit.permute_patches(x, perm, P)), model(x), atol=1e-10, rtol=0
+        )
+        assert (model(vit.permute_patches(x, perm, P)) - model(x)).abs().max() > 1e-3
+        assert torch.equal(moved.pos_embed[0, 0], model.pos_embed[0, 0])  # CLS position stays
+    with pytest.raises(ValueError, match=r"perm must hold each of 0 .. 15 once"):
+        vit.permute_patches(images, torch.zeros(16, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match=r"perm must be an integer tensor \[N_p=16\], got \[4\]"):
+        vit.with_permuted_positions(model, torch.arange(4))
+
+
 def test_errors():
     model = vit.ViT(IMG, P, 10, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF)
     with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\]"):
