@@ -11,14 +11,14 @@ implements.  Notebooks import from here and show the source with
 ``attention``      alignment scores (Ch. 2); scaled dot-product and multi-head attention (Ch. 3)
 ``transformer``    feed-forward, blocks, stacks, the three families (Ch. 4)
 ``embeddings``     embedding lookup and static word vectors (Ch. 5)
-``tokenization``   byte-pair encoding (Ch. 5)
+``tokenization``   byte-pair encoding, WordPiece (Ch. 5), Unigram (Ch. 5, 12)
 ``positional``     absolute (Ch. 7) and relative (Ch. 8) positions, as attention hooks
 ``lm``             character language models: data, loss, training, evaluation (Ch. 8, 9, 11)
 ``training``       the training loop (Ch. 1) and Chapter 9's callbacks and practices
 ``distributed``    data-parallel training with two processes (Ch. 9)
-``timeseries``     temporal encodings, patching, a patch Transformer (Ch. 10)
-``gpt``            GPT, sampling, LoRA (Ch. 11)
-``bert``           BERT, masked language modelling (Ch. 12)
+``timeseries``     temporal encodings, patching, a patch Transformer, linear baselines (Ch. 10)
+``gpt``            GPT, sampling, LoRA, bottleneck adapters (Ch. 11)
+``bert``           BERT, masked language modelling, linear probes (Ch. 12)
 ``vit``            the Vision Transformer (Ch. 13)
 ``convnet``        a small convolutional network, the ViT's baseline (Ch. 13)
 ``swin``           Swin's window attention (Ch. 13)

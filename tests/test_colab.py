@@ -70,8 +70,8 @@ ALLOWED_ADDITIONS = {"course-lib"}
 
 # What runs in the Colab-like environment, and why each was chosen.
 NOTEBOOKS = {
-    "notebooks/ch03_self_attention.ipynb": "widgets (ipywidgets 7), scipy",
-    "notebooks/ch05_embeddings_tokenization.ipynb": "tokenizers, sympy, widgets",
+    "notebooks/ch03_self_attention.ipynb": "torch.utils.flop_counter, timings, sympy-free core",
+    "notebooks/ch05_embeddings_tokenization.ipynb": "tokenizers, sympy, widgets (ipywidgets 7)",
     "notebooks/ch10_time_series.ipynb": "loads data: CO2 (statsmodels, pandas)",
     "notebooks/ch14_graph_attention.ipynb": "loads data: Cora; the heaviest chapter",
     "solutions/ch08_alibi_t5.ipynb": "an exercise and its check() (matched against transformers)",
