@@ -202,7 +202,9 @@ def test_alibi_weights_fall_with_distance():
 # ---------------------------------------------------------------------------
 
 
-def _llama_rotary(head_dim: int, positions: torch.Tensor, x: torch.Tensor):
+def _llama_rotary(
+    head_dim: int, positions: torch.Tensor, x: torch.Tensor, rope_scaling: dict | None = None
+):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
@@ -215,6 +217,7 @@ def _llama_rotary(head_dim: int, positions: torch.Tensor, x: torch.Tensor):
         vocab_size=8,
         max_position_embeddings=1024,
         rope_theta=10000.0,
+        rope_scaling=rope_scaling,
     )
     return LlamaRotaryEmbedding(config)(x, positions[None])  # cos, sin [1, L, d]
 
@@ -463,24 +466,11 @@ def test_rope_interpolation_is_rope_at_scaled_positions(factor):
 
 @pytest.mark.parametrize("factor", [2.0, 4.0])
 def test_rope_interpolation_matches_llama_linear_scaling(factor):
-    from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
     head_dim = 16
-    config = LlamaConfig(
-        hidden_size=4 * head_dim,
-        num_attention_heads=4,
-        head_dim=head_dim,
-        num_hidden_layers=1,
-        intermediate_size=8,
-        vocab_size=8,
-        max_position_embeddings=1024,
-        rope_theta=10000.0,
-        rope_scaling={"rope_type": "linear", "factor": factor},
-    )
     positions = torch.tensor([0, 1, 3, 17, 100, 511])
     x = torch.zeros(1, len(positions), head_dim)
-    cos, sin = LlamaRotaryEmbedding(config)(x, positions[None])
+    scaling = {"rope_type": "linear", "factor": factor}
+    cos, sin = _llama_rotary(head_dim, positions, x, rope_scaling=scaling)
     c, s = P.rope_cos_sin(positions, head_dim, scaling_factor=factor)
     torch.testing.assert_close((c, s), (cos[0], sin[0]), rtol=1e-4, atol=1e-4)
     # and it is not plain RoPE
