@@ -8,8 +8,9 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 # Offline data: read the course's data files from ../shared/data when it is
 # there, so no test (and no notebook kernel started by one) needs the network.
-if SHARED_DATA.is_dir():
-    os.environ.setdefault("COURSE_DATA_DIR", str(SHARED_DATA))
+# An empty COURSE_DATA_DIR counts as unset, as course_lib.data reads it.
+if SHARED_DATA.is_dir() and not os.environ.get("COURSE_DATA_DIR", "").strip():
+    os.environ["COURSE_DATA_DIR"] = str(SHARED_DATA)
 
 pytest_plugins = ["tests.nbcache"]
 
