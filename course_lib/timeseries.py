@@ -490,5 +490,5 @@ class RelativeTimeBias(nn.Module):
         expect_shape("RelativeTimeBias", "t_q", t_q, [("B", None), ("T", None)])
         expect_shape("RelativeTimeBias", "t_k", t_k, [("B", t_q.shape[0]), ("S", None)])
         dt = t_q[:, :, None] - t_k[:, None, :]  # elapsed time         [B, T, S]
-        phi = time_encoding(dt, self.omega)  # (14.6)                     [B, T, S, 2d]
+        phi = time_encoding(dt, self.omega)  # Chapter 14, eq. (14.6)     [B, T, S, 2d]
         return self.proj(phi.to(self.proj.weight.dtype)).permute(0, 3, 1, 2)  # (10.8) [B, h, T, S]
