@@ -206,6 +206,12 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "Time2Vec": lambda: (timeseries.Time2Vec(3), (torch.arange(10.0).reshape(2, 5),)),
     "RevIN": lambda: _patch_forecaster(n_exog=2),
     "PatchForecaster": lambda: _patch_forecaster(n_exog=0),
+    "NLinear": lambda: (timeseries.NLinear(16, 4), (_x(2, 16, 3),)),
+    "DLinear": lambda: (timeseries.DLinear(16, 4, kernel=5), (_x(2, 16, 3) + 5.0,)),
+    "RelativeTimeBias": lambda: (
+        timeseries.RelativeTimeBias(HEADS, [7.0, 52.0]),
+        (_x(2, 5) * 10, _x(2, 6) * 10),
+    ),
     # graphs (Chapter 14)
     "GCNLayer": lambda: (gat.GCNLayer(3, 4), _graph()),
     "GATLayer": lambda: (gat.GATLayer(3, 4, 2, dropout=P), _graph()),
