@@ -58,10 +58,18 @@ def test_colab_button_opens_each_notebook_from_main(book_build):
     for name in pages:
         html = (book_build.html / f"{name}.html").read_text()
         links = set(re.findall(r'href="(https://colab\.research\.google\.com[^"]*)"', html))
-        expected = (
-            f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/{name}.ipynb"
+        base = f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/"
+        expected = f"{base}{name}.ipynb"
+        # a chapter's closing cell also opens each of its exercises in Colab
+        chapter = name.removeprefix("notebooks/")[:5] if name.startswith("notebooks/") else None
+        exercises = (
+            {f"{base}exercises/{p.name}" for p in (ROOT / "exercises").glob(f"{chapter}*.ipynb")}
+            if chapter
+            else set()
         )
-        assert links == {expected}, f"{name}: Colab links {sorted(links)}, expected {expected}"
+        assert links == {expected} | exercises, (
+            f"{name}: Colab links {sorted(links)}, expected {sorted({expected} | exercises)}"
+        )
         assert "colab-badge.svg" not in html, f"{name} shows the Colab badge image"
 
 
