@@ -149,10 +149,18 @@ def setup_notebook(seed: int = 0, *, quiet: bool = False) -> torch.device:
 
 
 def record(**values: float) -> None:
-    """Hand a notebook's headline numbers to the sweep; outside a sweep, do nothing.
+    """Record a notebook's computed numbers for its prose, the errata and the sweep.
 
-    Call it next to the asserts on a trained result, with the numbers they
-    test: ``course_lib.record(acc_local=0.97, acc_global=0.95)``.
+    Call it next to the asserts on a result, with the numbers they test:
+    ``course_lib.record(acc_local=0.97, acc_global=0.95)``. Each value is
+
+    - glued into the notebook's output under its name (myst-nb's glue format,
+      hidden in Jupyter and Colab), so that the chapter's Markdown quotes it as
+      ``{glue:text}`acc_local:.2f``` and an erratum as
+      ``{glue:text}`/notebooks/ch02_attention_seq2seq::acc_local:.2f```: the
+      page shows the number this run computed, never a retyped one;
+    - appended to the sweep's results file when ``course_lib.sweep`` runs the
+      notebook (outside a sweep, nothing is written).
     """
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -163,8 +171,36 @@ def record(**values: float) -> None:
                     f"record({name}=...) takes a number, got {type(value).__name__}; "
                     "pass float(x) or x.item()."
                 ) from None
+    for name, value in values.items():
+        _glue(name, float(value))
     path = os.environ.get(RESULTS_ENV)
     if not path:
         return
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps({k: float(v) for k, v in values.items()}) + "\n")
+
+
+#: myst-nb reads a glued value from a display output whose MIME types carry
+#: this prefix and whose metadata names it; front ends show no such output.
+GLUE_PREFIX = "application/papermill.record/"
+
+
+def _glue(name: str, value: float) -> None:
+    """Display ``value`` as myst-nb's ``glue(name, value, display=False)`` does.
+
+    Written out here so that the notebooks need no myst-nb (Colab has none).
+    Outside an IPython kernel it does nothing.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        return
+    display(
+        {GLUE_PREFIX + "text/plain": repr(value)},
+        raw=True,
+        metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}},
+    )
