@@ -15,7 +15,9 @@ from tests.conftest import ROOT
 
 
 @pytest.fixture
-def restore_seed():
+def restore_seed(monkeypatch):
+    # The GPU workflow sets COURSE_REQUIRE_GPU=1; these tests pick the CPU on purpose.
+    monkeypatch.delenv("COURSE_REQUIRE_GPU", raising=False)
     yield
     runtime._notebook_seed = 0
 
@@ -60,6 +62,25 @@ def test_record_writes_only_inside_a_sweep(tmp_path, monkeypatch):
     assert json.loads(out.read_text()) == {"acc": 0.25, "n": 3.0}
     with pytest.raises(TypeError, match=r"record\(acc=\.\.\.\) takes a number"):
         course_lib.record(acc="high")
+
+
+def test_record_glues_each_value_for_the_book_in_a_kernel():
+    """In a notebook, record() leaves myst-nb glue that {glue:text} reads, hidden from
+    Jupyter and Colab (no plain text/plain output), and exactly one entry per value."""
+    import nbformat
+    from myst_nb.ext.glue import extract_glue_data_cell
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import course_lib\ncourse_lib.record(acc=0.75, n=3)")]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    assert all("text/plain" not in o.get("data", {}) for o in outputs), outputs
+    glued = dict(extract_glue_data_cell(nb.cells[0]))
+    assert set(glued) == {"acc", "n"}
+    assert float(glued["acc"]["data"]["text/plain"]) == 0.75
+    assert float(glued["n"]["data"]["text/plain"]) == 3.0
+    course_lib.record(acc=0.5)  # outside a kernel: nothing displayed, no error
 
 
 def test_summarize_results_gives_mean_std_and_range():
