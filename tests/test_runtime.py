@@ -143,3 +143,49 @@ def test_run_notebook_names_a_cell_past_its_time_limit(tmp_path):
     row = sweep.run_notebook(path, seed=0, threads=1, timeout=2)
     assert not row["ok"]
     assert "code cell 1 ran past the per-cell time limit" in row["error"], row["error"]
+
+
+def test_gpu_summary_reads_a_pass_and_the_status_page_renders_it(tmp_path):
+    """tools/gpu_summary.py turns gpu_check.sh's logs into the status page's table."""
+    spec = importlib.util.spec_from_file_location("gpu_summary", ROOT / "tools/gpu_summary.py")
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    (tmp_path / "gpu.txt").write_text("NVIDIA H200, 580.1, 143771 MiB\n")
+    (tmp_path / "notebooks.log").write_text(
+        "___ notebooks/a.ipynb::Cell 3 ___\n"
+        "---> 20 assert 1.6 < time_exp < 3.0\n"
+        "AssertionError: \n"
+        "___ solutions/b.ipynb::Cell 7 ___\n"
+        "pytest plugin exception: b.ipynb allocated no CUDA memory: it ran on the CPU\n"
+        "===== slowest durations =====\n"
+        "2.50s call     notebooks/a.ipynb::Cell 0\n"
+        "1.00s call     notebooks/a.ipynb::Cell 3\n"
+        "4.00s call     solutions/b.ipynb::Cell 0\n"
+        "3.00s call     notebooks/c.ipynb::Cell 0\n"
+        "2 failed, 5 passed in 9.1s\n"
+    )
+    (tmp_path / "unit.log").write_text(
+        "FAILED tests/t.py::test_x[1] - ImportError: no\nFAILED tests/t.py::test_x[2]\n"
+        "2 failed, 9 passed in 1.0s\n"
+    )
+    data = summary.summarize(tmp_path, workers=4)
+    rows = {r["notebook"]: r for r in data["notebooks"]}
+    assert rows["notebooks/a.ipynb"]["seconds"] == 3.5
+    assert rows["notebooks/a.ipynb"]["failures"] == [
+        "Cell 3: AssertionError: assert 1.6 < time_exp < 3.0"
+    ]
+    assert rows["solutions/b.ipynb"]["failures"] == [
+        "Cell 7: allocated no CUDA memory (ran on the CPU)"
+    ]
+    assert rows["notebooks/c.ipynb"]["ok"] and not rows["notebooks/a.ipynb"]["ok"]
+    assert data["notebook_counts"] == {"passed": 5, "failed": 2, "skipped": 0}
+    assert data["unit_failures"] == ["tests/t.py::test_x (2 cases)"]
+
+    spec = importlib.util.spec_from_file_location("course_book", ROOT / "book/_ext/course_book.py")
+    book = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book)
+    page = book._gpu_run_table(data)
+    assert "NVIDIA H200" in page and "allocated no CUDA memory" in page
+    assert page.count("<tr>") == 1 + 3  # header and one row per notebook
+    assert "test_x (2 cases)" in page
+    assert "No GPU pass" in book._gpu_run_table({})

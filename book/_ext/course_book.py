@@ -15,6 +15,10 @@
   each row the median of ours and of the trusted peer, their ratio with its
   spread over rounds, the goal and whether it is met, with the date and the
   hardware line of the run.
+- The ``course-gpu-run`` directive renders the last GPU pass
+  (``book/gpu_run.json``, written by ``tools/gpu_check.sh`` through
+  ``tools/gpu_summary.py``): the GPU, each notebook's seconds and verdict with
+  the reason of every failing cell, and the library tests' counts.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -34,6 +38,7 @@ from sphinx.util.docutils import SphinxDirective
 BUDGET_SECONDS = 60.0
 SWEEP_FILE = Path(__file__).resolve().parents[1] / "sweep.json"
 BENCHMARKS_FILE = Path(__file__).resolve().parents[1] / "benchmarks.json"
+GPU_RUN_FILE = Path(__file__).resolve().parents[1] / "gpu_run.json"
 
 
 class CourseHardware(SphinxDirective):
@@ -218,6 +223,44 @@ class CourseBenchmarks(SphinxDirective):
         return [nodes.raw("", _benchmark_table(data), format="html")]
 
 
+def _gpu_run_table(data: dict) -> str:
+    """The last GPU pass: one row per notebook, its seconds and verdict."""
+    if not data:
+        return "<p>No GPU pass has been recorded yet.</p>"
+    esc = html.escape
+    nb, unit = data["notebook_counts"], data["unit_counts"]
+    intro = (
+        f"<p>GPU pass of {esc(data['date'])} on {esc(data['gpu'])} "
+        f"({esc(data.get('python_torch', ''))}; commit {esc(data.get('commit', '?'))}), "
+        f"{data['workers']} notebooks at a time: notebook cells {nb['passed']} passed, "
+        f"{nb['failed']} failed; library tests {unit['passed']} passed, {unit['failed']} failed."
+        " Seconds are summed cell times while the notebooks shared the machine.</p>"
+    )
+    body = []
+    for row in data["notebooks"]:
+        verdict = "passed" if row["ok"] else "<br>".join(esc(f) for f in row["failures"])
+        body.append(
+            f"<tr><td>{esc(row['notebook'])}</td><td>{row['seconds']:.1f}</td>"
+            f"<td>{verdict}</td></tr>"
+        )
+    unit_rows = "".join(f"<li>{esc(name)}</li>" for name in data.get("unit_failures", []))
+    return (
+        intro
+        + "<table class='course-gpu-run'><thead><tr><th>notebook</th><th>seconds</th>"
+        + f"<th>result</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+        + (f"<p>Failed library tests:</p><ul>{unit_rows}</ul>" if unit_rows else "")
+    )
+
+
+class CourseGpuRun(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(GPU_RUN_FILE))
+        data = json.loads(GPU_RUN_FILE.read_text()) if GPU_RUN_FILE.exists() else {}
+        return [nodes.raw("", _gpu_run_table(data), format="html")]
+
+
 def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -239,6 +282,7 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("course-heavy-notebooks", CourseHeavyNotebooks)
     app.add_directive("course-sweep", CourseSweep)
     app.add_directive("course-benchmarks", CourseBenchmarks)
+    app.add_directive("course-gpu-run", CourseGpuRun)
     app.add_node(_HeavyNotebooks)
     app.add_post_transform(_FillHeavyNotebooks)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
