@@ -196,12 +196,18 @@ def _changes(before: dict, after: dict) -> list[str]:
 
 def _colab_python() -> Path:
     """Python 3.13, as Colab has it: $COLAB_PYTHON, python3.13 on PATH, or pyenv's."""
-    candidates = [os.environ.get("COLAB_PYTHON", ""), shutil.which("python3.13") or ""]
+    candidates = [os.environ.get("COLAB_PYTHON", "")]
     candidates += sorted(
         map(str, (Path.home() / ".pyenv" / "versions").glob("3.13*/bin/python3.13"))
     )
+    candidates.append(shutil.which("python3.13") or "")  # may be a pyenv shim that refuses
     for candidate in filter(None, candidates):
-        if Path(candidate).is_file():
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == COLAB_PYTHON_VERSION:
             return Path(candidate)
     message = (
         f"Colab runs Python {COLAB_PYTHON_VERSION}; none found (set COLAB_PYTHON, or install it: "

@@ -189,3 +189,26 @@ def test_gpu_summary_reads_a_pass_and_the_status_page_renders_it(tmp_path):
     assert page.count("<tr>") == 1 + 3  # header and one row per notebook
     assert "test_x (2 cases)" in page
     assert "No GPU pass" in book._gpu_run_table({})
+
+
+def test_status_page_renders_the_colab_run():
+    spec = importlib.util.spec_from_file_location("course_book", ROOT / "book/_ext/course_book.py")
+    book = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book)
+    data = {
+        "date": "2026-11-26 20:00 UTC",
+        "environment": "Python 3.13, torch 2.11.0",
+        "hardware": "x86_64, 2 CPU cores",
+        "notebooks": {
+            "notebooks/a.ipynb": 10.0,
+            "notebooks/b.ipynb": 70.0,
+            "notebooks/c.ipynb": 20.0,
+        },
+    }
+    page = book._colab_run_table(data)
+    assert "Median 20 s over 3 notebooks" in page
+    assert "over the 60 s budget: notebooks/b.ipynb" in page
+    assert page.count("over budget</td>") == 1
+    data["notebooks"]["notebooks/b.ipynb"] = 50.0
+    assert "every one within the 60 s budget" in book._colab_run_table(data)
+    assert "No run" in book._colab_run_table({})
