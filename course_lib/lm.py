@@ -267,6 +267,9 @@ class PositionalLM(nn.Module):
         if self.method == "learned":
             x = x + self.positions(length, offset)  # Chapter 7, (7.3); raises beyond max_len
         elif self.method == "sinusoidal":
-            pe = sinusoidal_table(offset + length, self.d_model, device=ids.device)[offset:]
+            # computed in float32 at least (bfloat16 would round the angles), in x's dtype after
+            at = torch.promote_types(x.dtype, torch.float32)
+            pe = sinusoidal_table(offset + length, self.d_model, device=ids.device, dtype=at)
+            pe = pe[offset:].to(x.dtype)
             x = x + self.position_scale * pe  # Chapter 7, (7.1)                [B, T, D]
         return self.head(self.blocks(x, is_causal=True))  #                      [B, T, V]

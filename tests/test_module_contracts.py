@@ -450,3 +450,102 @@ def test_gcn_layer_returns_float64_for_float64_input():
     x, edges = _graph()
     out = layer(x.double(), edges)
     assert out.dtype == torch.float64
+
+
+# ---------------------------------------------------------------------------
+# No narrower dtype inside: every op of a float64 forward sees float64 only
+# ---------------------------------------------------------------------------
+
+
+class _FloatDtypes:
+    """Records the dtype of every floating tensor that any aten op receives."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        seen = self.seen = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                for t in _tensors((args, kwargs or {})):
+                    if t.is_floating_point():
+                        seen.append((str(func), t.dtype))
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+#: Variants the BUILD table (one entry per class) does not reach.
+VARIANTS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
+    f"PositionalLM-{kind}": (
+        lambda kind=kind: (
+            lm.PositionalLM(11, kind, d_model=D, num_heads=HEADS, num_layers=1, max_len=16),
+            (_ids(11, 2, 6),),
+        )
+    )
+    for kind in ("sinusoidal", "learned", "none", "shaw", "t5", "alibi", "rope")
+}
+
+
+#: Where a float32 op inside a float64 forward is torch's (or transformers') own choice.
+NARROWER_ALLOWED = {
+    "T5Bias": (
+        "T5's bucket of an offset is an integer computed with a float32 log, as in "
+        "transformers' T5Attention._relative_position_bucket; no activation is float32",
+        {
+            "aten._to_copy.default",
+            "aten.clamp.default",
+            "aten.div.Tensor",
+            "aten.log.default",
+            "aten.mul.Tensor",
+        },
+    ),
+}
+NARROWER_ALLOWED["PositionalLM-t5"] = NARROWER_ALLOWED["T5Bias"]
+
+
+def _variant_or_build(name: str) -> tuple[nn.Module, tuple]:
+    torch.manual_seed(0)
+    return VARIANTS[name]() if name in VARIANTS else _build(name)
+
+
+@pytest.mark.parametrize("name", sorted(BUILD) + sorted(VARIANTS))
+def test_float64_forward_never_meets_float32(name):
+    """A module in float64 computes in float64 throughout: a float32 table or constant
+    added inside (as PositionalLM's sinusoidal table once was) promotes silently and
+    keeps the output float64, but its rounding is float32's; here it fails by name."""
+    module, inputs = _variant_or_build(name)
+    module = module.to(torch.float64).eval()
+    inputs = _move(inputs, "cpu", torch.float64)
+    with torch.no_grad(), _FloatDtypes() as record:
+        module(*inputs)
+    exempt = NARROWER_ALLOWED.get(name, ("", set()))[1]
+    narrower = sorted({op for op, dtype in record.seen if dtype != torch.float64} - exempt)
+    assert record.seen, "the recorder saw no op: it is not recording"
+    assert not narrower, f"{name} in float64 passes float32/bf16 tensors to {narrower}"
+
+
+@pytest.mark.parametrize("name", sorted(BUILD) + sorted(VARIANTS))
+def test_bfloat16_modules_return_bfloat16(name):
+    """In bfloat16, floating outputs stay bfloat16, as torch's own layers keep it."""
+    module, inputs = _variant_or_build(name)
+    module = module.to(torch.bfloat16).eval()
+    with torch.no_grad():
+        out = module(*_move(inputs, "cpu", torch.bfloat16))
+    dtypes = {t.dtype for t in _tensors(out) if t.is_floating_point()}
+    assert dtypes <= {torch.bfloat16}, f"{name} in bfloat16 returns {dtypes}"
+
+
+def test_the_dtype_recorder_catches_a_float32_constant():
+    class Leaky(nn.Module):
+        def forward(self, x):
+            return x + torch.ones(x.shape[-1])  # a float32 constant
+
+    with _FloatDtypes() as record:
+        Leaky()(torch.zeros(2, 3, dtype=torch.float64))
+    assert any(dtype == torch.float32 for _, dtype in record.seen)
