@@ -175,13 +175,14 @@ def label_smoothing_cross_entropy(
             "label_smoothing_cross_entropy: logits must be [N, C, ...] and target [N, ...], got "
             f"{fmt_shape(logits.shape)} and {fmt_shape(target.shape)}"
         )
-    logp = F.log_softmax(logits.float(), dim=1)  # [N, C, ...]
+    # at least float32 inside (bfloat16 logs are coarse), the logits' dtype out, as F.cross_entropy
+    logp = F.log_softmax(logits, dim=1, dtype=torch.promote_types(logits.dtype, torch.float32))
     keep = target != ignore_index  # [N, ...]
     safe = target.masked_fill(~keep, 0)
     nll = -logp.gather(1, safe.unsqueeze(1)).squeeze(1)  # -log p_y       [N, ...]
     uniform = -logp.mean(dim=1)  # mean_c -log p_c                       [N, ...]
     loss = (1.0 - smoothing) * nll + smoothing * uniform
-    return (loss * keep).sum() / keep.sum().clamp(min=1)
+    return ((loss * keep).sum() / keep.sum().clamp(min=1)).to(logits.dtype)
 
 
 def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
