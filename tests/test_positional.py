@@ -558,3 +558,31 @@ def test_position_scale_and_offset_errors_are_clear():
         model(torch.zeros(1, 4, dtype=torch.long), offset=-1)
     with pytest.raises(ValueError, match="offset must be an int >= 0"):
         lm.evaluate_lm(model, torch.zeros(100, dtype=torch.long), 8, num_chars=64, offset=-2)
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_rope_hook_with_fewer_queries_than_keys_is_generation_with_a_cache(t):
+    """One new token (or a few) against a cached prefix: the queries sit at the last ``t``
+    of the ``S`` key positions. Checked against LLaMA's rotation at those positions and
+    against attention over the full sequence, whose last rows the cached call must equal."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    head_dim, s = 8, 7
+    g = _gen(t)
+    q = torch.randn(1, 2, s, head_dim, generator=g)
+    k = torch.randn(1, 2, s, head_dim, generator=g)
+    hook = P.RoPE(head_dim)
+    q_new, k_all = hook.rotate(q[..., s - t :, :], k)  # the cached call
+    positions = torch.arange(s)
+    cos, sin = _llama_rotary(head_dim, positions, q)
+    q_ref, k_ref = apply_rotary_pos_emb(q, k, cos, sin)
+    torch.testing.assert_close(q_new, q_ref[..., s - t :, :], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(k_all, k_ref, rtol=1e-4, atol=1e-4)
+    q_full, _ = hook.rotate(q, k)  # the same queries within the whole sequence
+    torch.testing.assert_close(q_new, q_full[..., s - t :, :])
+    # independent formula: pair (j, j + d/2) of position p turns by p * base^(-2j/d)
+    p, j = s - 1, 1
+    angle = p * 10000.0 ** (-2 * j / head_dim)
+    x, y = q[0, 0, -1, j], q[0, 0, -1, j + head_dim // 2]
+    expected = x * math.cos(angle) - y * math.sin(angle)
+    torch.testing.assert_close(q_new[0, 0, -1, j], expected, rtol=1e-5, atol=1e-6)
