@@ -309,7 +309,9 @@ class Svg:
             self.items.append(f'<path d="{d}" class="halo"/>')
         c = COLOURS.get(colour, colour)
         cls = "wire dash" if dash else "wire"
-        extra = f' stroke-width="{_fmt(width)}"' if width else ""
+        # a style, not a stroke-width attribute: the stylesheet's .wire rule beats an
+        # attribute in the CSS cascade, so an attribute would render at 1.6 px
+        extra = f' style="stroke-width: {_fmt(width)}"' if width else ""
         marker = f' marker-end="url(#ah-{colour})"' if head else ""
         self.items.append(f'<path d="{d}" class="{cls}" stroke="{c}"{extra}{marker}/>')
 
@@ -319,8 +321,8 @@ class Svg:
     # ---- output
     def render(self) -> str:
         markers = "\n".join(
-            f'<marker id="ah-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6.5" '
-            f'markerHeight="6.5" orient="auto-start-reverse">'
+            f'<marker id="ah-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="10.4" '
+            f'markerHeight="10.4" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
             f'<path d="M0,1 L10,5 L0,9 z" fill="{c}"/></marker>'
             for k, c in COLOURS.items()
         )
@@ -413,9 +415,9 @@ def lstm_cell() -> Svg:
     f.rect(110, 40, 540, 262, "frame", rx=14)
     f.text(640, 292, "LSTM cell", size=13, anchor="end", cls="note")
     # the cell state: the additive path
-    f.wire([(30, 80), (218, 80)], colour="h", width=2.6)
-    f.wire([(242, 80), (358, 80)], colour="h", width=2.6)
-    f.wire([(382, 80), (730, 80)], colour="h", width=2.6)
+    f.wire([(30, 80), (218, 80)], colour="h", width=3.2)
+    f.wire([(242, 80), (358, 80)], colour="h", width=3.2)
+    f.wire([(382, 80), (730, 80)], colour="h", width=3.2)
     f.op(230, 80, "odot")
     f.op(370, 80, "+")
     f.text(30, 66, "$C_{t-1}$", anchor="start")
@@ -625,8 +627,9 @@ def seq2seq_attention() -> Svg:
     for x, j, w in zip(enc, ["1", "2", "S"], widths, strict=True):
         f.wire([(x, y - 22), (x, y - 58)], colour="h")
         f.box(x, y - 74, 44, 30, f"$h_{j}$", stroke="h")
-        f.wire([(x, y - 89), (ax - 40, ay + 22)], colour="c", head=False, width=w)
-        f.text(x - 6, y - 100, f"$\\alpha_{{i{j}}}$", anchor="end", fill="c")
+        # up first, then across: each label sits beside its own wire's vertical part
+        f.wire([(x, y - 89), (x, y - 120), (ax - 40, ay + 22)], colour="c", head=False, width=w)
+        f.text(x - 7, y - 97, f"$\\alpha_{{i{j}}}$", anchor="end", fill="c")
     f.box(ax, ay, 130, 44, "$c_i = \\sum_j \\alpha_{ij} h_j$", cls="attn")
     f.text(ax, ay + 40, "(2.3)", size=13, cls="note")
     f.text(
