@@ -1140,6 +1140,219 @@ def positions_in_attention() -> Svg:
     return f
 
 
+# ------------------------------------------------ figures of chapters 5 to 14
+TOY_CORPUS = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+
+
+def toy_bpe(counts: dict[str, int], num_merges: int) -> list[tuple[tuple[str, str], int]]:
+    """BPE as Chapter 5 writes it (recount every pair after every merge; ties to the
+    smallest ids, characters numbered in code-point order): the merges and their
+    counts. ``tests/test_figures.py`` checks the merges against ``course_lib``."""
+    words = {tuple(w): n for w, n in counts.items()}
+    ids = {ch: i for i, ch in enumerate(["[UNK]", *sorted({ch for w in counts for ch in w})])}
+    merges = []
+    for _ in range(num_merges):
+        pairs: dict[tuple[str, str], int] = {}
+        for w, n in words.items():
+            for pair in zip(w, w[1:]):
+                pairs[pair] = pairs.get(pair, 0) + n
+        best = max(pairs, key=lambda p: (pairs[p], -ids[p[0]], -ids[p[1]]))
+        merges.append((best, pairs[best]))
+        ids.setdefault(best[0] + best[1], len(ids))
+        new = {}
+        for w, n in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if w[i : i + 2] == best:
+                    out.append(best[0] + best[1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            new[tuple(out)] = n
+        words = new
+    return merges
+
+
+def toy_vocab() -> dict[str, int]:
+    chars = sorted({ch for w in TOY_CORPUS for ch in w})
+    vocab = {s: i for i, s in enumerate(["[UNK]", *chars])}
+    for (a, b), _ in toy_bpe(TOY_CORPUS, 10):
+        vocab[a + b] = len(vocab)
+    return vocab
+
+
+def _token_width(piece: str, size: float = 14) -> float:
+    return max(24, 0.62 * size * len(piece) + 14)
+
+
+def _tokens(f: Svg, x, y, pieces, cls="layer", w=None, gap=4, size=14) -> list:
+    """A row of small boxes in a monospace font from ``x``, one per piece (a token
+    or an id); returns their centres."""
+    centres = []
+    for p in pieces:
+        width = w or _token_width(p, size)
+        f.box(x + width / 2, y, width, 26, "", cls=cls, rx=4)
+        f.items.append(
+            f'<text x="{_fmt(x + width / 2)}" y="{_fmt(y + 5)}" text-anchor="middle" '
+            f'style="font-family: {MONO}; font-size: {_fmt(size)}px">{_esc(p)}</text>'
+        )
+        centres.append(x + width / 2)
+        x += width + gap
+    return centres
+
+
+@figure
+def bpe_pipeline() -> Svg:
+    merges = toy_bpe(TOY_CORPUS, 10)
+    vocab = toy_vocab()
+    f = Svg(
+        "bpe_pipeline",
+        860,
+        440,
+        "Byte-pair encoding: learning the merges, then encoding a text",
+        "Top: BPE learns merges from word counts (low 5, lower 2, newest 6, widest 3); "
+        "each merge joins the most frequent adjacent pair, e + s first (9 times), then "
+        "es + t, l + o, lo + w; ten merges in all. Bottom: encoding the text 'lowest newer': "
+        "pre-tokenization cuts it into words, replaying the merges in order cuts each word "
+        "into pieces (low, est; new, e, r), each piece becomes its id in the vocabulary "
+        "(14, 12; 16, 2, 7), and each id selects a row of the embedding table E, giving "
+        "a sequence of five vectors.",
+    )
+    # --- training the merges
+    f.text(20, 30, "learning the merges", anchor="start", weight="bold")
+    f.text(20, 56, "word counts", size=13, cls="note", anchor="start")
+    for n, (word, count) in enumerate(TOY_CORPUS.items()):
+        y = 90 + n * 32
+        _tokens(f, 20, y, list(word), w=20, gap=2, size=13)
+        f.text(20 + 22 * len(word) + 6, y + 5, f"\u00d7{count}", size=13, anchor="start")
+    f.wire([(200, 138), (236, 138)], colour="grey")
+    f.text(262, 56, "merge the most frequent pair; repeat", size=13, cls="note", anchor="start")
+    for n, ((a, b), count) in enumerate(merges):
+        col, row = divmod(n, 5)
+        x, y = 262 + col * 300, 84 + row * 30
+        f.text(x + 18, y + 5, f"{n + 1}.", size=13, anchor="end", cls="note")
+        cx = _tokens(f, x + 24, y, [a, b], gap=20, size=13)
+        f.text((cx[0] + cx[1]) / 2 + (_token_width(a, 13) - _token_width(b, 13)) / 4, y + 5, "+")
+        end = x + 24 + _token_width(a, 13) + _token_width(b, 13) + 20
+        f.text(end + 12, y + 5, "\u2192", size=13)
+        _tokens(f, end + 24, y, [a + b], cls="attn", size=13)
+        f.text(x + 262, y + 5, f"{count}\u00d7", size=12, anchor="end", cls="note")
+    # --- encoding a text
+    y0 = 262
+    f.raw(f'<path d="M20,{y0 - 32} H840" stroke="#dddddd" stroke-width="1"/>')
+    f.text(20, y0 - 6, "encoding a text", anchor="start", weight="bold")
+    ya, yb = y0 + 44, y0 + 104
+    ym = (ya + yb) / 2
+    _tokens(f, 20, ym, ["lowest newer"], cls="op")
+    f.wire([(132, ym), (150, ym)])
+    f.pill(200, ym, 96, "pre-tokenize", size=13)
+    for y, word in ((ya, "lowest"), (yb, "newer")):
+        f.wire([(248, ym), (258, ym), (258, y), (270, y)], head=y == ya)
+        _tokens(f, 272, y, [word], size=14)
+        f.wire([(344 if word == "newer" else 352, y), (372, y)])
+    f.dot(258, ym)
+    f.wire([(258, ym), (258, yb), (270, yb)])
+    f.pill(432, ym, 112, "merges 1\u201310", size=13, h=64)
+    f.text(432, ym + 22, "in order", size=13, cls="note")
+    pieces = {ya: ["low", "est"], yb: ["new", "e", "r"]}
+    for y, ps in pieces.items():
+        f.wire([(488, y), (508, y)])
+        end = 510 + sum(_token_width(p) + 4 for p in ps)
+        _tokens(f, 510, y, ps, size=14, cls="attn")
+        f.wire([(end, y), (626, y)])
+        _tokens(f, 628, y, [str(vocab[p]) for p in ps], w=28, size=14)
+    f.text(556, y0 + 14, "pieces", size=13, cls="note")
+    f.text(675, y0 + 14, "ids", size=13, cls="note")
+    # the embedding table: one row per token of the vocabulary
+    n_rows, top, row_h = len(vocab), y0 + 10, 6
+    ids = [vocab[p] for ps in pieces.values() for p in ps]
+    f.wire([(724, ym), (758, ym)])
+    f.rect(762, top, 46, n_rows * row_h, "layer")
+    for i in sorted(ids):
+        f.rect(762, top + i * row_h, 46, row_h, "attn")
+    f.text(785, top - 8, "$E$", size=14)
+    f.shape(785, top + n_rows * row_h + 18, f"[{n_rows}, d]")
+    f.text(814, top + 2 * row_h + 6, "row 2", size=11, cls="note", anchor="start")
+    f.text(814, top + 16 * row_h + 6, "row 16", size=11, cls="note", anchor="start")
+    f.text(
+        430,
+        428,
+        "each id selects a row of $E$: five pieces, five vectors of width $d$ (5.1)-(5.2)",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
+@figure
+def qk_ov_circuits() -> Svg:
+    f = Svg(
+        "qk_ov_circuits",
+        860,
+        400,
+        "One attention head as a QK circuit and an OV circuit",
+        "Top, the QK circuit: the query token x_i goes through W_Q and the key token x_j "
+        "through W_K; their dot product, scaled by the square root of d_k, is the score "
+        "x_i^T A_h x_j with A_h = W_Q W_K^T, a d_model by d_model matrix of rank at most d_k; "
+        "a softmax over j gives the weights alpha_ij: where the head looks. Bottom, the OV "
+        "circuit: x_j goes through W_V and W_O, that is through B_h = W_V W_O, also of rank "
+        "at most d_k; the head adds up alpha_ij x_j B_h over j: what it writes. The "
+        "multi-head output for token i is the sum of the heads' outputs.",
+    )
+    yq, yk, yv = 80, 170, 300
+    # inputs
+    f.text(40, yq + 6, "$x_i$", size=16)
+    f.text(40, yk + 30, "$x_j$", size=16)
+    f.wire([(58, yq), (118, yq)], colour="q")
+    f.wire([(58, yk + 24), (80, yk + 24)], head=False)
+    f.dot(80, yk + 24)
+    f.wire([(80, yk + 24), (80, yk), (118, yk)], colour="k")
+    f.wire([(80, yk + 24), (80, yv), (118, yv)], colour="v")
+    f.text(20, 22, "token vectors: rows of width $d_{\\rm{model}}$", size=13, cls="note",
+           anchor="start")
+    # QK circuit
+    f.box(150, yq, 60, 34, "$W_Q^{(h)}$", stroke="q", size=14)
+    f.box(150, yk, 60, 34, "$W_K^{(h)}$", stroke="k", size=14)
+    f.wire([(180, yq), (330, yq), (330, yq + 27)], colour="q")
+    f.text(250, yq - 8, "$q_i$  [$d_k$]", fill="q", size=14)
+    f.wire([(180, yk), (330, yk), (330, yk - 27)], colour="k")
+    f.text(250, yk + 22, "$k_j$  [$d_k$]", fill="k", size=14)
+    f.pill(330, (yq + yk) / 2, 118, "$q_i \\cdot k_j / \\sqrt{d_k}$", size=14)
+    f.wire([(389, (yq + yk) / 2), (432, (yq + yk) / 2)])
+    f.pill(480, (yq + yk) / 2, 90, "softmax$_j$", size=14)
+    f.wire([(525, (yq + yk) / 2), (640, (yq + yk) / 2), (640, yv - 13)], colour="c")
+    f.text(588, (yq + yk) / 2 - 10, "$\\alpha^{(h)}_{ij}$", fill="c")
+    f.rect(112, yq - 44, 290, 166, "group", rx=10)
+    f.text(590, 34, "QK circuit: where head $h$ looks (6.6)", weight="bold", size=14)
+    f.text(590, 58, "$A_h = W_Q^{(h)} W_K^{(h)\\top}$, score $x_i^\\top A_h x_j$", size=14)
+    # OV circuit
+    f.box(150, yv, 60, 34, "$W_V^{(h)}$", stroke="v", size=14)
+    f.wire([(180, yv), (270, yv)], colour="v")
+    f.box(300, yv, 60, 34, "$W_O^{(h)}$", size=14)
+    f.wire([(330, yv), (548, yv)], colour="v")
+    f.text(440, yv - 8, "$x_j B_h$  [$d_{\\rm{model}}$]", fill="v", size=14)
+    f.rect(112, yv - 30, 226, 60, "group", rx=10)
+    f.pill(640, yv, 180, "$\\sum_j \\alpha^{(h)}_{ij}\\,(\\cdot)$", size=14)
+    f.wire([(730, yv), (790, yv)], colour="c")
+    f.text(790, yv - 12, "head $h$", size=13, cls="note", anchor="end")
+    f.op(802, yv, "+")
+    f.wire([(802, yv - 30), (802, yv - 12)], colour="c")
+    f.text(802, yv - 38, "other heads", size=13, cls="note")
+    f.wire([(802, yv + 12), (802, yv + 44)], colour="c")
+    f.text(802, yv + 62, "$\\rm{MHA}(X)_i$ (6.8)", size=14, anchor="end")
+    f.text(225, yv + 54, "OV circuit: what head $h$ writes (6.8)", weight="bold", size=14)
+    f.text(225, yv + 78, "$B_h = W_V^{(h)} W_O^{(h)}$", size=14)
+    f.text(
+        590,
+        84,
+        "$A_h$ and $B_h$: $d_{\\rm{model}} \\times d_{\\rm{model}}$, rank $\\le d_k$",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
 def main(argv: list[str]) -> int:
     names = set(argv)
     for fn in FIGURES:
