@@ -15,6 +15,7 @@ the standard library.
 from __future__ import annotations
 
 import html
+import math
 import re
 import sys
 from pathlib import Path
@@ -111,6 +112,8 @@ UPRIGHT = {
     "BOS",
     "PE",
     "Linear",
+    "sin",
+    "cos",
 }
 
 
@@ -122,6 +125,11 @@ SYMBOLS = {
     "alpha": "\u03b1",
     "sigma": "\u03c3",
     "omega": "\u03c9",
+    "pi": "\u03c0",
+    "theta": "\u03b8",
+    "gbar": "\u1e21",
+    "sin": "sin",
+    "cos": "cos",
     "sum": "\u2211",
     "odot": "\u2299",
     "sqrt": "\u221a",
@@ -150,7 +158,9 @@ def _math_runs(s: str) -> list[tuple[str, bool, bool, int]]:
         if upright_all:
             runs.append((chunk, False, False, level))
             return
-        for piece in re.findall(r"[A-Za-z]+|[\u03b1-\u03c9]|[^A-Za-z\u03b1-\u03c9]+", chunk):
+        for piece in re.findall(
+            r"[A-Za-z]+|[\u03b1-\u03c9\u1e21]|[^A-Za-z\u03b1-\u03c9\u1e21]+", chunk
+        ):
             if piece.isascii() and piece.isalpha() and piece in UPRIGHT:
                 runs.append((piece, False, True, level))
             elif piece.isalpha():
@@ -1347,6 +1357,117 @@ def qk_ov_circuits() -> Svg:
         590,
         84,
         "$A_h$ and $B_h$: $d_{\\rm{model}} \\times d_{\\rm{model}}$, rank $\\le d_k$",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
+@figure
+def sinusoid_waves() -> Svg:
+    d, length, p_mark = 16, 64, 20
+    f = Svg(
+        "sinusoid_waves",
+        860,
+        470,
+        "The sinusoidal position table as waves of falling frequency",
+        "The sinusoidal table for width d = 16 drawn as eight rows, one per pair i of "
+        "coordinates, over positions 0 to 63. Each row shows sin(p omega_i) as a solid "
+        "line and cos(p omega_i) as a dashed line, with omega_i = 10000^(-2i/d). Row 0 "
+        "has a wavelength of 2 pi, about 6 positions; each next row's wavelength is about "
+        "3.2 times longer, so the last rows are almost flat over 64 positions. A vertical "
+        "line at position 20 marks one row of the table, PE(20): the values where it "
+        "crosses the waves.",
+    )
+    x0, x1, top, band = 150, 700, 62, 42
+    f.text(x0 - 10, 30, "pair $i$", size=13, cls="note", anchor="end")
+    f.text((x0 + x1) / 2, 30, "position $p$ \u2192", size=13, cls="note")
+    f.text(x1 + 14, 30, "wavelength $2\\pi/\\omega_i$", size=13, cls="note", anchor="start")
+    xs = [x0 + (x1 - x0) * k / 400 for k in range(401)]
+    px = x0 + (x1 - x0) * p_mark / (length - 1)
+    for i in range(d // 2):
+        omega = 10000 ** (-2 * i / d)
+        yc = top + i * band + band / 2
+        f.raw(f'<path d="M{x0},{_fmt(yc)} H{x1}" stroke="#e2e2e2" stroke-width="1"/>')
+        for fn, dash in ((math.sin, False), (math.cos, True)):
+            pts = [(x, yc - 15 * fn((x - x0) / (x1 - x0) * (length - 1) * omega)) for x in xs]
+            f.wire(pts, colour="p" if not dash else "grey", head=False, dash=dash)
+        f.text(x0 - 10, yc + 5, str(i), size=13, anchor="end")
+        f.text(x1 + 14, yc + 5, f"{2 * math.pi / omega:,.{0 if i else 1}f}", size=13, anchor="start")
+        f.dot(px, yc - 15 * math.sin(p_mark * omega), "p")
+        f.dot(px, yc - 15 * math.cos(p_mark * omega), "grey")
+    f.raw(
+        f'<path d="M{_fmt(px)},{top - 4} V{top + 8 * band + 4}" stroke="{INK}" '
+        'stroke-width="1" stroke-dasharray="3 3"/>'
+    )
+    f.text(px, top + 8 * band + 22, "$PE(20)$: one row of the table", size=13)
+    for x, label in ((x0, "0"), (x1, "63")):
+        f.text(x, top + 8 * band + 22, label, size=12, cls="note")
+    f.raw(f'<path d="M{x0 + 380},{top + 8 * band + 42} h24" class="wire" stroke="{POSITION}"/>')
+    f.text(x0 + 410, top + 8 * band + 47, "$\\sin p\\,\\omega_i$ (coordinate $2i$)", size=13,
+           anchor="start")
+    f.raw(
+        f'<path d="M{x0 + 80},{top + 8 * band + 42} h24" class="wire dash" stroke="{GREY}"/>'
+    )
+    f.text(x0 + 110, top + 8 * band + 47, "$\\cos p\\,\\omega_i$ ($2i + 1$)", size=13,
+           anchor="start")
+    f.text(20, top + 8 * band + 47, "$d = 16$ (7.1)", size=13, anchor="start")
+    return f
+
+
+@figure
+def data_parallel() -> Svg:
+    f = Svg(
+        "data_parallel",
+        860,
+        380,
+        "Data-parallel training with an all-reduce",
+        "Two processes, rank 0 and rank 1, each hold a full copy of the model with the "
+        "same weights theta. The batch of 2b examples is cut into two shards of b; each "
+        "rank computes the gradient g_r of its shard's mean loss. An all-reduce averages "
+        "the gradients, (g_0 + g_1) / 2, which equals the gradient of the whole batch's "
+        "mean loss (9.8), and hands the average to every rank; each rank then takes the "
+        "same optimizer step, so the copies keep identical weights.",
+    )
+    rows = {"rank 0": 110, "rank 1": 250}
+    f.text(62, 34, "batch of $Wb$", size=14)
+    f.text(62, 52, "examples", size=13, cls="note")
+    f.rect(40, 68, 44, 224, "frame", rx=4)
+    for n, y in enumerate(rows.values()):
+        f.rect(46, y - 40, 32, 80, "layer", rx=3)
+        f.text(62, y + 5, f"$r={n}$", size=12)
+    f.text(62, 312, "$W = 2$ shards of $b$", size=13, cls="note")
+    for n, (name, y) in enumerate(rows.items()):
+        f.wire([(80, y), (118, y)])
+        f.box(192, y, 140, 52, "", cls="frame", rx=8)
+        f.text(192, y - 4, f"model copy, {name}", size=13)
+        f.text(192, y + 16, "weights $\\theta$", size=13)
+        f.wire([(262, y), (300, y)])
+        f.pill(362, y, 120, "loss, backward", size=13)
+        f.wire([(422, y), (486, y)], colour="c")
+        f.text(452, y - 10, f"$g_{n}$", fill="c")
+        f.wire([(660, y), (700, y)], colour="c")
+        f.text(680, y - 10, "$\\gbar$", fill="c")
+        f.box(760, y, 116, 36, "optimizer step", size=13)
+        out = -1 if n == 0 else 1
+        f.wire(
+            [(760, y + 18 * out), (760, y + 44 * out), (192, y + 44 * out), (192, y + 28 * out)],
+            colour="grey",
+        )
+        f.text(400, y + 44 * out + (-6 if n == 0 else 16), "the new $\\theta$, the same on every rank", size=12,
+               cls="note")
+    f.box(574, 180, 172, 196, "", cls="attn")
+    f.text(574, 120, "all-reduce", weight="bold", size=14)
+    f.text(574, 150, "$\\gbar = (1/W) \\sum_r g_r$", size=14)
+    f.text(574, 186, "= the gradient of the", size=13, cls="note")
+    f.text(574, 204, "whole batch's mean loss", size=13, cls="note")
+    f.text(574, 222, "(9.8)", size=13, cls="note")
+    f.text(574, 248, "DDP runs it inside", size=13, cls="note")
+    f.text(574, 266, "backward (gloo, nccl)", size=13, cls="note")
+    f.text(
+        430,
+        368,
+        "every rank: the whole model, its gradients and the optimizer state",
         size=13,
         cls="note",
     )
