@@ -1409,7 +1409,7 @@ def sinusoid_waves() -> Svg:
     f.raw(
         f'<path d="M{x0 + 80},{top + 8 * band + 42} h24" class="wire dash" stroke="{GREY}"/>'
     )
-    f.text(x0 + 110, top + 8 * band + 47, "$\\cos p\\,\\omega_i$ ($2i + 1$)", size=13,
+    f.text(x0 + 110, top + 8 * band + 47, "$\\cos p\\,\\omega_i$ (coordinate $2i + 1$)", size=13,
            anchor="start")
     f.text(20, top + 8 * band + 47, "$d = 16$ (7.1)", size=13, anchor="start")
     return f
@@ -1422,30 +1422,30 @@ def data_parallel() -> Svg:
         860,
         380,
         "Data-parallel training with an all-reduce",
-        "Two processes, rank 0 and rank 1, each hold a full copy of the model with the "
+        "Two processes each hold a full copy of the model with the "
         "same weights theta. The batch of 2b examples is cut into two shards of b; each "
-        "rank computes the gradient g_r of its shard's mean loss. An all-reduce averages "
-        "the gradients, (g_0 + g_1) / 2, which equals the gradient of the whole batch's "
-        "mean loss (9.8), and hands the average to every rank; each rank then takes the "
+        "process computes the gradient g_r of its shard's mean loss. An all-reduce averages "
+        "the gradients, (g_1 + g_2) / 2, which equals the gradient of the whole batch's "
+        "mean loss (9.8), and hands the average to every process; each then takes the "
         "same optimizer step, so the copies keep identical weights.",
     )
-    rows = {"rank 0": 110, "rank 1": 250}
+    rows = {"process 1": 110, "process 2": 250}
     f.text(62, 34, "batch of $Wb$", size=14)
     f.text(62, 52, "examples", size=13, cls="note")
     f.rect(40, 68, 44, 224, "frame", rx=4)
     for n, y in enumerate(rows.values()):
         f.rect(46, y - 40, 32, 80, "layer", rx=3)
-        f.text(62, y + 5, f"$r={n}$", size=12)
+        f.text(62, y + 5, f"$r={n + 1}$", size=12)
     f.text(62, 312, "$W = 2$ shards of $b$", size=13, cls="note")
     for n, (name, y) in enumerate(rows.items()):
         f.wire([(80, y), (118, y)])
         f.box(192, y, 140, 52, "", cls="frame", rx=8)
-        f.text(192, y - 4, f"model copy, {name}", size=13)
-        f.text(192, y + 16, "weights $\\theta$", size=13)
+        f.text(192, y - 4, name, size=13)
+        f.text(192, y + 16, "model copy, weights $\\theta$", size=12)
         f.wire([(262, y), (300, y)])
         f.pill(362, y, 120, "loss, backward", size=13)
         f.wire([(422, y), (486, y)], colour="c")
-        f.text(452, y - 10, f"$g_{n}$", fill="c")
+        f.text(452, y - 10, f"$g_{n + 1}$", fill="c")
         f.wire([(660, y), (700, y)], colour="c")
         f.text(680, y - 10, "$\\gbar$", fill="c")
         f.box(760, y, 116, 36, "optimizer step", size=13)
@@ -1454,7 +1454,7 @@ def data_parallel() -> Svg:
             [(760, y + 18 * out), (760, y + 44 * out), (192, y + 44 * out), (192, y + 28 * out)],
             colour="grey",
         )
-        f.text(400, y + 44 * out + (-6 if n == 0 else 16), "the new $\\theta$, the same on every rank", size=12,
+        f.text(400, y + 44 * out + (-6 if n == 0 else 16), "the new $\\theta$, the same in every process", size=12,
                cls="note")
     f.box(574, 180, 172, 196, "", cls="attn")
     f.text(574, 120, "all-reduce", weight="bold", size=14)
@@ -1467,7 +1467,7 @@ def data_parallel() -> Svg:
     f.text(
         430,
         368,
-        "every rank: the whole model, its gradients and the optimizer state",
+        "each process holds the whole model, its gradients and the optimizer state",
         size=13,
         cls="note",
     )
