@@ -128,6 +128,7 @@ SYMBOLS = {
     "pi": "\u03c0",
     "theta": "\u03b8",
     "gbar": "\u1e21",
+    "yhat": "\u0177",
     "sin": "sin",
     "cos": "cos",
     "sum": "\u2211",
@@ -158,9 +159,9 @@ def _math_runs(s: str) -> list[tuple[str, bool, bool, int]]:
         if upright_all:
             runs.append((chunk, False, False, level))
             return
-        for piece in re.findall(
-            r"[A-Za-z]+|[\u03b1-\u03c9\u1e21]|[^A-Za-z\u03b1-\u03c9\u1e21]+", chunk
-        ):
+        # runs of ASCII letters (a name, or one variable each), single other letters
+        # (Greek, or a letter with an accent such as \u0177), anything else
+        for piece in re.findall(r"[A-Za-z]+|[^\W\d_]|[\W\d_]+", chunk):
             if piece.isascii() and piece.isalpha() and piece in UPRIGHT:
                 runs.append((piece, False, True, level))
             elif piece.isalpha():
@@ -1468,6 +1469,101 @@ def data_parallel() -> Svg:
         430,
         368,
         "each process holds the whole model, its gradients and the optimizer state",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
+def _series(f: Svg, x0, x1, y, seed_phase=0.0, amp=14, colour=INK, steps=120) -> None:
+    """A made-up seasonal series with a trend, for illustration only."""
+    pts = []
+    for k in range(steps + 1):
+        t = k / steps
+        v = math.sin(2 * math.pi * 3 * t + seed_phase) + 0.35 * math.sin(2 * math.pi * 11 * t)
+        pts.append((x0 + (x1 - x0) * t, y - amp * (0.6 * v + 1.2 * t - 0.6)))
+    d = "M" + " L".join(f"{_fmt(a)},{_fmt(b)}" for a, b in pts)
+    f.raw(f'<path d="{d}" fill="none" stroke="{colour}" stroke-width="1.4"/>')
+
+
+@figure
+def patch_forecaster() -> Svg:
+    f = Svg(
+        "patch_forecaster",
+        880,
+        420,
+        "A patch Transformer forecaster with cross-attention to covariates",
+        "Top: the history x of L = 156 weeks, normalised by its own mean and standard "
+        "deviation (RevIN), is cut into N = 18 overlapping patches of P = 16 steps with "
+        "stride S = 8; each patch is embedded by a linear map W_p plus a learned position "
+        "w^pos_n, and the N tokens pass through L pre-norm blocks; the outputs are flattened "
+        "and mapped linearly to the H = 52 future values, and the normalisation is undone "
+        "(10.4). Bottom: the covariates u over the history and the horizon, 208 steps, are "
+        "patched and embedded into 25 memory tokens M; in the variant with covariates each "
+        "block has a cross-attention sub-layer (10.5) whose queries are the series' patch "
+        "tokens and whose keys and values come from M.",
+    )
+    # the history and its patches
+    y = 92
+    f.text(30, 30, "history $x$, $L = 156$ weeks (RevIN-normalised)", size=13, anchor="start")
+    _series(f, 30, 230, y)
+    n_p, px = 18, 200 / 156
+    for n in range(n_p):
+        a = 30 + n * 8 * px
+        yy = 122 + (n % 2) * 9
+        f.raw(
+            f'<path d="M{_fmt(a + 1)},{yy - 4} V{yy} H{_fmt(a + 16 * px - 1)} V{yy - 4}" '
+            f'fill="none" stroke="{KEY}" stroke-width="1.3"/>'
+        )
+    f.text(30, 156, "patches: $P = 16$, stride $S = 8$, $N = 18$ (10.3)", size=13,
+           anchor="start", cls="note")
+    f.wire([(236, y), (266, y)])
+    f.box(300, y, 60, 34, "$W_p$", size=14)
+    f.wire([(330, y), (355, y)])
+    f.op(365, y, "+", colour="p")
+    f.box(365, 38, 60, 28, "$w^{pos}_n$", cls="pos", size=14)
+    f.wire([(365, 52), (365, 80)], colour="p")
+    f.wire([(375, y), (412, y)])
+    f.shape(394, y + 24, "[N, D]")
+    # the blocks
+    f.rect(414, 44, 296, 120, "group", rx=10)
+    f.text(562, 32, "$\\times L$ pre-norm blocks (LN, residuals not drawn)", size=13,
+           cls="note")
+    boxes = ((466, "self-\nattention", "attn"), (562, "cross-\nattention", "attn"),
+             (658, "feed-\nforward", "ffn"))
+    for x, label, cls in boxes:
+        f.box(x, y, 84, 60, label, cls=cls, size=14)
+    f.raw('<rect x="520" y="62" width="84" height="60" rx="6" fill="none" '
+          'stroke="#ffffff" stroke-width="2.5" stroke-dasharray="5 4"/>')
+    f.wire([(508, y), (518, y)])
+    f.wire([(604, y), (614, y)])
+    f.wire([(710, y), (734, y)])
+    f.box(784, y, 96, 48, "flatten,\nlinear $W_h$", size=13)
+    f.wire([(784, y + 24), (784, y + 60)], colour="ink")
+    f.text(784, y + 80, "$\\yhat$, $H = 52$ weeks", size=14)
+    f.text(784, y + 100, "(RevIN undone)", size=13, cls="note")
+    # the covariates
+    yc = 300
+    f.text(30, 238, "covariates $u$ over history and horizon, $L + H = 208$", size=13,
+           anchor="start")
+    _series(f, 30, 297, yc, seed_phase=1.3, colour=GREY)
+    ox = 30 + 267 * 156 / 208
+    f.raw(f'<path d="M{_fmt(ox)},{yc - 34} V{yc + 30}" stroke="{INK}" stroke-width="1" '
+          'stroke-dasharray="3 3"/>')
+    f.text(ox, yc + 46, "origin $t$", size=12, cls="note")
+    f.text(ox + 36, yc - 38, "horizon", size=12, cls="note")
+    f.wire([(304, yc), (334, yc)])
+    f.box(388, yc, 104, 40, "patch, embed,\n+ position", size=12)
+    f.wire([(440, yc), (466, yc)], colour="k")
+    f.text(472, yc + 5, "$M$", size=16, anchor="start")
+    f.shape(472, yc + 26, "[25, D]", anchor="start")
+    f.wire([(506, yc), (562, yc), (562, y + 32)], colour="k")
+    f.text(570, yc - 40, "$K, V$ (10.5)", size=14, fill="k", anchor="start")
+    f.text(
+        440,
+        404,
+        "in the chapter's comparison, the cross-attention sub-layer (dashed) is the variant "
+        "with covariates",
         size=13,
         cls="note",
     )
