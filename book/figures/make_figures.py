@@ -88,6 +88,8 @@ text {{ font-family: {SANS}; font-size: {_fmt(15 * FONT_SCALE)}px; fill: {INK}; 
 .group {{ fill: none; stroke: #999999; stroke-width: 1.2; stroke-dasharray: 6 4; }}
 .allow {{ fill: #ffffff; stroke: #999999; stroke-width: 1; }}
 .block {{ fill: #666666; stroke: #999999; stroke-width: 1; }}
+.frozen {{ fill: #eeeeee; stroke: {GREY}; stroke-width: 1.5; }}
+.lora {{ fill: #e3f2fb; stroke: #56B4E9; stroke-width: 1.5; }}
 """
 
 UPRIGHT = {
@@ -1567,6 +1569,95 @@ def patch_forecaster() -> Svg:
         size=13,
         cls="note",
     )
+    return f
+
+
+@figure
+def gpt_lora() -> Svg:
+    f = Svg(
+        "gpt_lora",
+        860,
+        470,
+        "LoRA adapters beside W_q and W_v in a GPT block",
+        "Left: a pre-norm GPT block, bottom to top: layer norm, the projections W_q, W_k and "
+        "W_v, causal self-attention, the output projection W_O and a residual sum, then a "
+        "layer norm, the feed-forward layers W_1 and W_2 and a second residual sum. Every "
+        "pretrained weight is frozen (grey). Beside W_q and W_v, as in the main experiments "
+        "of the LoRA paper, a trainable low-rank branch BA adds its output to the frozen "
+        "layer's. Right: one LoRA layer, y = W x + b + (alpha / r) B A x, with A of shape "
+        "r by d_in, B of shape d_out by r and B zero at the start, so that training starts "
+        "from the pretrained model; after training BA can be merged into W.",
+    )
+    x = 210
+    f.text(x, 458, "$x$  from the block below", size=14)
+    f.wire([(x, 444), (x, 420)], head=False)
+    f.dot(x, 420)
+    f.wire([(x, 420), (58, 420), (58, 188), (x - 10, 188)])
+    f.wire([(x, 420), (x, 406)])
+    f.box(x, 393, 56, 26, "LN", cls="norm", size=14)
+    f.wire([(x, 380), (x, 364)], head=False)
+    f.raw(f'<path d="M90,364 H330" stroke="{INK}" stroke-width="1.6"/>')
+    f.dot(x, 364)
+    cols = (("q", "$W_q$", 102, True), ("k", "$W_k$", 210, False), ("v", "$W_v$", 290, True))
+    for role, label, cx, lora in cols:
+        f.wire([(cx, 364), (cx, 349)])
+        f.box(cx, 334, 50, 30, label, cls="frozen", stroke=role, size=14)
+        top = 319
+        if lora:
+            f.wire([(cx + 44, 364), (cx + 44, 349)])
+            f.box(cx + 44, 334, 34, 30, "$BA$", cls="lora", size=13)
+            f.wire([(cx + 44, 319), (cx + 44, 300), (cx + 10, 300)], colour="grey")
+            f.wire([(cx, 319), (cx, 310)], head=False, colour=role)
+            f.op(cx, 300, "+", colour=role)
+            top = 290
+        f.wire([(cx, top), (cx, 258)], colour=role)
+        f.text(cx - 8, 276, {"q": "$Q$", "k": "$K$", "v": "$V$"}[role], size=14,
+               anchor="end", fill=role)
+    f.pill(x, 244, 270, "causal self-attention (Ch. 3, 11)", size=13, h=28)
+    f.wire([(x, 230), (x, 216)], colour="c")
+    f.box(x, 203, 50, 26, "$W_O$", cls="frozen", size=14)
+    f.wire([(x, 190), (x, 188)], head=False, colour="c")
+    f.op(x, 178, "+")
+    f.wire([(x, 168), (x, 160)], head=False)
+    f.dot(x, 160)
+    f.wire([(x, 160), (58, 160), (58, 52), (x - 10, 52)])
+    f.wire([(x, 160), (x, 146)])
+    f.box(x, 133, 56, 26, "LN", cls="norm", size=14)
+    f.wire([(x, 120), (x, 108)])
+    f.box(x, 92, 150, 32, "$W_1$, GELU, $W_2$", cls="frozen", size=14)
+    f.wire([(x, 76), (x, 64)])
+    f.op(x, 52, "+")
+    f.wire([(x, 42), (x, 18)])
+    f.text(x + 10, 24, "to the next block", size=13, cls="note", anchor="start")
+    f.text(335, 203, "grey: frozen", size=13, cls="note", anchor="start")
+    f.text(335, 92, "pre-norm GPT block", size=13, cls="note", anchor="start")
+    f.text(335, 110, "(Ch. 4, 11)", size=13, cls="note", anchor="start")
+    # one LoRA layer
+    f.rect(470, 120, 376, 300, "frame", rx=12)
+    f.text(658, 146, "one LoRA layer (11.4)", weight="bold", size=14)
+    y0, ya = 200, 304
+    f.text(490, 268, "$x$", size=16)
+    f.wire([(502, 262), (530, 262)], head=False)
+    f.dot(530, 262)
+    f.wire([(530, 262), (530, y0), (588, y0)])
+    f.box(630, y0, 80, 34, "$W$, $b$", cls="frozen", size=14)
+    f.text(630, y0 + 34, "frozen, $d_{out} \\times d_{in}$", size=12, cls="note")
+    f.wire([(530, 262), (530, ya), (566, ya)])
+    f.box(596, ya, 56, 32, "$A$", cls="lora", size=14)
+    f.text(596, ya + 32, "$r \\times d_{in}$", size=12, cls="note")
+    f.wire([(624, ya), (656, ya)])
+    f.box(686, ya, 56, 32, "$B$", cls="lora", size=14)
+    f.text(686, ya + 32, "$d_{out} \\times r$", size=12, cls="note")
+    f.text(686, ya + 50, "$B_0 = 0$", size=12, cls="note")
+    f.wire([(714, ya), (740, ya)])
+    f.pill(772, ya, 58, "$\\alpha / r$", size=14)
+    f.wire([(772, ya - 15), (772, y0 + 12)])
+    f.wire([(670, y0), (760, y0)])
+    f.op(772, y0, "+")
+    f.wire([(784, y0), (830, y0)])
+    f.text(826, y0 - 10, "$y$", size=16, anchor="end")
+    f.text(658, 388, "trainable: $r\\,(d_{in} + d_{out})$ numbers per layer;", size=12, cls="note")
+    f.text(658, 406, "after training, $BA$ can be merged into $W$", size=12, cls="note")
     return f
 
 
