@@ -1661,6 +1661,77 @@ def gpt_lora() -> Svg:
     return f
 
 
+@figure
+def bert_inputs_mlm() -> Svg:
+    f = Svg(
+        "bert_inputs_mlm",
+        860,
+        470,
+        "BERT's input embeddings and the masked-language-model recipe",
+        "Top: the input [CLS] my lord [SEP] good night [SEP], two segments. Each token's "
+        "input vector is the sum of its token embedding E[w_t], its segment embedding S[s_t] "
+        "(segment 0 up to and including the first [SEP], 1 after it) and its position "
+        "embedding P[t], followed by a layer norm (12.3). Bottom: the masking recipe (12.1): "
+        "15% of the tokens that are not special are selected as targets; a selected token "
+        "is replaced by [MASK] with probability 0.8, by a random token with probability "
+        "0.1, and left unchanged with probability 0.1; the loss is computed at the selected "
+        "positions only.",
+    )
+    tokens = ["[CLS]", "my", "lord", "[SEP]", "good", "night", "[SEP]"]
+    segments = [0, 0, 0, 0, 1, 1, 1]
+    x0, step, w = 210, 90, 80
+    rows = (("input", 44), ("token $E[w_t]$", 94), ("segment $S[s_t]$", 144),
+            ("position $P[t]$", 194))
+    for label, y in rows:
+        f.text(20, y + 5, label, size=14, anchor="start")
+    for t, (tok, s) in enumerate(zip(tokens, segments, strict=True)):
+        cx = x0 + t * step
+        _tokens(f, cx - w / 2, 44, [tok], w=w, size=13, cls="op")
+        f.box(cx, 94, w, 30, "", size=13)
+        f.items.append(
+            f'<text x="{_fmt(cx)}" y="99" text-anchor="middle" class="m" '
+            f'style="font-size: 15.4px"><tspan font-style="italic">E</tspan>'
+            f'<tspan font-size="11" dy="4.6" style="font-family: {MONO}">{_esc(tok)}</tspan></text>'
+        )
+        f.box(cx, 144, w, 30, f"$S_{s}$", size=14)
+        f.box(cx, 194, w, 30, f"$P_{t}$", cls="pos", size=14)
+        for y in (119, 169):
+            f.text(cx, y + 5, "+", size=14)
+    f.text(x0 + 3 * step, 232, "segment 0 up to the first [SEP], then 1", size=12, cls="note")
+    f.text(
+        430,
+        262,
+        "$x_t = \\rm{LN}(E[w_t] + P[t] + S[s_t])$ (12.3), then encoder blocks without a mask",
+        size=14,
+    )
+    # the masking recipe
+    f.raw('<path d="M20,284 H840" stroke="#dddddd" stroke-width="1"/>')
+    f.text(20, 310, "masked-language-model targets (12.1)", weight="bold", anchor="start", size=14)
+    words = ["the", "lady", "doth", "protest", "too", "much"]
+    centres = _tokens(f, 20, 370, words, size=13)
+    sel = centres[3]
+    f.box(sel, 370, _token_width("protest", 13) + 6, 32, "", cls="group", rx=6)
+    f.text(sel, 404, "selected: 15% of the", size=12, cls="note")
+    f.text(sel, 420, "non-special tokens", size=12, cls="note")
+    f.wire([(338, 370), (420, 370)], head=False, colour="c")
+    f.dot(420, 370, "c")
+    outcomes = ((326, "[MASK]", "80%"), (370, "sword", "10%, a random token"),
+                (414, "protest", "10%, unchanged"))
+    for y, tok, share in outcomes:
+        f.wire([(420, 370), (450, y), (500, y)], colour="c")
+        _tokens(f, 502, y, [tok], size=13, cls="attn")
+        f.text(502 + _token_width(tok, 13) + 10, y + 5, share, size=13, anchor="start")
+    f.text(
+        430,
+        456,
+        "the model reads the altered text and must predict the original token at each "
+        "selected position; the loss ignores every other position",
+        size=12,
+        cls="note",
+    )
+    return f
+
+
 def main(argv: list[str]) -> int:
     names = set(argv)
     for fn in FIGURES:
