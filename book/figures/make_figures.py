@@ -1732,6 +1732,94 @@ def bert_inputs_mlm() -> Svg:
     return f
 
 
+DIGIT = [
+    "00111100",
+    "01100110",
+    "11000011",
+    "10000001",
+    "10000001",
+    "11000011",
+    "01100110",
+    "00111100",
+]
+
+
+def _pixels(f: Svg, x0, y0, rows, cell) -> None:
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            fill = "#444444" if v == "1" else "#ffffff"
+            f.raw(
+                f'<rect x="{_fmt(x0 + j * cell)}" y="{_fmt(y0 + i * cell)}" width="{cell}" '
+                f'height="{cell}" fill="{fill}" stroke="#bbbbbb" stroke-width="0.5"/>'
+            )
+
+
+@figure
+def vit_embedding() -> Svg:
+    f = Svg(
+        "vit_embedding",
+        860,
+        424,
+        "The Vision Transformer's input: patches, the class token and the position table",
+        "An 8 by 8 grey image is cut into 16 patches of 2 by 2 pixels, numbered row by row. "
+        "Each patch, flattened to C P^2 = 4 numbers, is multiplied by the same learned "
+        "matrix E. A learned class token x_cls is put in front, and a learned position "
+        "embedding, one row of E_pos per position 0 to 16, is added to every token (13.1). "
+        "The 17 vectors go through L pre-norm encoder blocks; a layer norm and a linear "
+        "head on the class token's final state give the class scores (13.4).",
+    )
+    cell = 14
+    f.raw('<g transform="translate(0,-56)">')
+    _pixels(f, 30, 344, DIGIT, cell)
+    for k in (2, 4, 6):
+        f.raw(
+            f'<path d="M{30 + k * cell},344 v112 M30,{344 + k * cell} h112" stroke="{QUERY}" '
+            'stroke-width="1.5"/>'
+        )
+    f.text(86, 330, "image, 8 \u00d7 8, $P = 2$", size=13)
+    f.text(86, 474, "16 patches, row by row", size=12, cls="note")
+    cols = [(340, 1), (420, 2), (500, 3), (640, 16)]
+    f.wire([(150, 400), (300, 400)], colour="grey")
+    f.text(225, 390, "flatten", size=12, cls="note")
+    f.text(225, 420, "$C P^2 = 4$ numbers", size=12, cls="note")
+    ycls, yplus, yenc = 350, 290, 226
+    for x, n in cols:
+        r, c = divmod(n - 1, 4)
+        rows = [DIGIT[2 * r + i][2 * c : 2 * c + 2] for i in range(2)]
+        _pixels(f, x - 14, 386, rows, cell)
+        f.text(x + 28, 404, f"$x_p^{{{n}}}$", size=13, anchor="start")
+        f.wire([(x, 384), (x, ycls + 14)])
+        f.box(x, ycls, 40, 26, "$E$", size=14)
+    f.text(570, 404, "\u22ef", size=18)
+    f.text(570, ycls + 5, "\u22ef", size=18)
+    f.text(730, ycls + 5, "one $E$ for all patches", size=12, cls="note", anchor="start")
+    f.text(730, ycls + 21, "$[C P^2, D]$", size=12, cls="note", anchor="start")
+    f.box(250, ycls, 54, 30, "$x_{\\rm{cls}}$", cls="lora", size=14)
+    f.text(218, ycls + 5, "learned", size=12, cls="note", anchor="end")
+    for k, (x, n) in enumerate([(250, 0), *cols]):
+        f.wire([(x, ycls - 13), (x, yplus + 10)])
+        f.op(x, yplus, "+", colour="p")
+        f.box(x - 36, yplus, 30, 24, str(n), cls="pos", size=13)
+        f.wire([(x - 21, yplus), (x - 12, yplus)], colour="p", head=False)
+        f.wire([(x, yplus - 10), (x, yenc + 24)])
+    f.text(570, yplus + 5, "\u22ef", size=18)
+    f.text(730, yplus - 2, "$E_{\\rm{pos}}$: a learned row", size=12, cls="note", anchor="start")
+    f.text(730, yplus + 14, "per position, 0 to 16", size=12, cls="note", anchor="start")
+    f.box(445, yenc, 470, 48, "$L$ pre-norm encoder blocks (13.2)-(13.3)", cls="attn", size=14)
+    f.text(690, yenc + 36, "$z_0$: 17 tokens (13.1)", size=12, cls="note", anchor="start")
+    f.wire([(250, yenc - 24), (250, 176)], colour="c")
+    f.text(258, 192, "$z_L^0$", size=14, anchor="start")
+    f.box(250, 160, 120, 30, "LN, $W_{\\rm{head}}$", size=14)
+    f.wire([(250, 145), (250, 110)])
+    f.text(250, 96, "class scores $y$ (13.4)", size=14)
+    for x, _ in cols:
+        f.wire([(x, yenc - 24), (x, 180)], colour="grey", head=False, dash=True)
+    f.text(500, 168, "the patches' final states: not used by the head", size=12,
+           cls="note")
+    f.raw("</g>")
+    return f
+
+
 def main(argv: list[str]) -> int:
     names = set(argv)
     for fn in FIGURES:
