@@ -116,6 +116,7 @@ UPRIGHT = {
     "Linear",
     "sin",
     "cos",
+    "LeakyReLU",
 }
 
 
@@ -133,6 +134,8 @@ SYMBOLS = {
     "yhat": "\u0177",
     "sin": "sin",
     "cos": "cos",
+    "exp": "exp",
+    "cup": "\u222a",
     "sum": "\u2211",
     "odot": "\u2299",
     "sqrt": "\u221a",
@@ -151,7 +154,8 @@ SYMBOLS = {
 def _math_runs(s: str) -> list[tuple[str, bool, bool, int]]:
     """Split TeX-like math (``h_{t-1}``, ``W_Q^{(r)}``, ``\\rm{text}``) into runs of
     (text, italic, serif, level), level -1 for a subscript and +1 for a superscript."""
-    s = s.replace("\\,", "\u2009")
+    s = s.replace("\\,", "\u2009").replace("\\tilde N", "\u00d1")
+    s = s.replace("\\{", "\u007b").replace("\\}", "\u007d")
     s = re.sub(r"\\sqrt\{([^}]*)\}", "\u221a\\1", s)
     s = re.sub(r"\\([a-z]+)", lambda m: SYMBOLS.get(m.group(1), m.group(0)), s)
     runs: list[tuple[str, bool, bool, int]] = []
@@ -1817,6 +1821,80 @@ def vit_embedding() -> Svg:
     f.text(500, 168, "the patches' final states: not used by the head", size=12,
            cls="note")
     f.raw("</g>")
+    return f
+
+
+GAT_WEIGHTS = {"1": 0.35, "2": 0.25, "3": 0.15, "4": 0.10, "i": 0.15}
+GAT_LABELS = {"1": (112, 172), "2": (290, 172), "3": (284, 250), "4": (116, 250)}
+
+
+@figure
+def gat_neighbourhood() -> Svg:
+    f = Svg(
+        "gat_neighbourhood",
+        860,
+        400,
+        "Graph attention over one node's neighbourhood",
+        "Left: node i, its four neighbours j = 1 to 4 and its self-loop. Each edge into i "
+        "carries an attention weight alpha_ij, drawn as the line's width; the example "
+        "weights 0.35, 0.25, 0.15, 0.10 and 0.15 for the self-loop sum to 1. Right: the "
+        "computation: a score e_ij = LeakyReLU(a_dst^T W x_i + a_src^T W x_j) for every "
+        "edge (14.2), a softmax over the neighbourhood including i itself (14.3), and "
+        "the new vector h_i = sigma(sum_j alpha_ij W x_j) (14.4). With K heads, a hidden "
+        "layer concatenates the heads' outputs and the output layer averages them.",
+    )
+    ci = (200, 215)
+    nbrs = {"1": (70, 95), "2": (340, 90), "3": (345, 330), "4": (60, 325)}
+    for j, (x, y) in nbrs.items():
+        a = GAT_WEIGHTS[j]
+        dx, dy = ci[0] - x, ci[1] - y
+        norm = math.hypot(dx, dy)
+        start = (x + 24 * dx / norm, y + 24 * dy / norm)
+        end = (ci[0] - 28 * dx / norm, ci[1] - 28 * dy / norm)
+        f.wire([start, end], colour="c", head=False, width=1 + 14 * a)
+        lx, ly = GAT_LABELS[j]
+        f.text(lx, ly, f"$\\alpha_{{i{j}}} = {a:.2f}$", size=13, fill="c",
+               anchor="start" if lx > ci[0] else "end")
+    # the self-loop
+    loop = (
+        f"M{ci[0] - 12},{ci[1] - 25} C{ci[0] - 40},{ci[1] - 95} {ci[0] + 40},{ci[1] - 95} "
+        f"{ci[0] + 12},{ci[1] - 25}"
+    )
+    f.raw(
+        f'<path d="{loop}" class="wire" stroke="{CONTEXT}" '
+        f'style="stroke-width: {_fmt(1 + 14 * GAT_WEIGHTS["i"])}"/>'
+    )
+    f.text(ci[0], ci[1] - 92, f"$\\alpha_{{ii}} = {GAT_WEIGHTS['i']:.2f}$", size=13, fill="c")
+    for j, (x, y) in nbrs.items():
+        f.raw(f'<circle cx="{x}" cy="{y}" r="22" fill="#ffffff" stroke="{INK}" '
+              'stroke-width="1.5"/>')
+        f.text(x, y + 6, f"$j={j}$", size=13)
+    f.raw(f'<circle cx="{ci[0]}" cy="{ci[1]}" r="26" fill="#fcebd0" stroke="#b57d00" '
+          'stroke-width="1.8"/>')
+    f.text(ci[0], ci[1] + 6, "$i$", size=16)
+    f.text(200, 388, "weights into $i$ sum to 1, self-loop included", size=12, cls="note")
+    # the computation
+    x0 = 430
+    f.rect(x0, 24, 414, 352, "frame", rx=12)
+    steps = (
+        ("score every edge into $i$ (14.2)",
+         "$e_{ij} = \\rm{LeakyReLU}(a_{\\rm{dst}}^\\top W x_i + a_{\\rm{src}}^\\top W x_j)$"),
+        ("softmax over $\\tilde N(i) = N(i) \\cup \\{i\\}$ (14.3)",
+         "$\\alpha_{ij} = \\exp e_{ij} \\,/\\, \\sum_{k \\in \\tilde N(i)} \\exp e_{ik}$"),
+        ("weighted sum of the neighbours (14.4)",
+         "$h_i = \\sigma(\\sum_{j \\in \\tilde N(i)} \\alpha_{ij}\\, W x_j)$"),
+    )
+    for n, (title, formula) in enumerate(steps):
+        y = 62 + n * 88
+        f.text(x0 + 20, y, f"{n + 1}. {title}", size=13, anchor="start", weight="bold")
+        f.text(x0 + 36, y + 30, formula, size=14, anchor="start")
+        if n < 2:
+            f.wire([(x0 + 200, y + 44), (x0 + 200, y + 64)], colour="grey")
+    f.text(x0 + 20, 316, "$K$ heads: $K$ copies of $(W, a)$ side by side;", size=13,
+           anchor="start", cls="note")
+    f.text(x0 + 20, 336, "a hidden layer concatenates their outputs,", size=13,
+           anchor="start", cls="note")
+    f.text(x0 + 20, 356, "the output layer averages them", size=13, anchor="start", cls="note")
     return f
 
 
