@@ -1171,7 +1171,7 @@ def toy_bpe(counts: dict[str, int], num_merges: int) -> list[tuple[tuple[str, st
     for _ in range(num_merges):
         pairs: dict[tuple[str, str], int] = {}
         for w, n in words.items():
-            for pair in zip(w, w[1:]):
+            for pair in zip(w, w[1:], strict=False):
                 pairs[pair] = pairs.get(pair, 0) + n
         best = max(pairs, key=lambda p: (pairs[p], -ids[p[0]], -ids[p[1]]))
         merges.append((best, pairs[best]))
@@ -1326,8 +1326,14 @@ def qk_ov_circuits() -> Svg:
     f.dot(80, yk + 24)
     f.wire([(80, yk + 24), (80, yk), (118, yk)], colour="k")
     f.wire([(80, yk + 24), (80, yv), (118, yv)], colour="v")
-    f.text(20, 22, "token vectors: rows of width $d_{\\rm{model}}$", size=13, cls="note",
-           anchor="start")
+    f.text(
+        20,
+        22,
+        "token vectors: rows of width $d_{\\rm{model}}$",
+        size=13,
+        cls="note",
+        anchor="start",
+    )
     # QK circuit
     f.box(150, yq, 60, 34, "$W_Q^{(h)}$", stroke="q", size=14)
     f.box(150, yk, 60, 34, "$W_K^{(h)}$", stroke="k", size=14)
@@ -1400,7 +1406,9 @@ def sinusoid_waves() -> Svg:
             pts = [(x, yc - 15 * fn((x - x0) / (x1 - x0) * (length - 1) * omega)) for x in xs]
             f.wire(pts, colour="p" if not dash else "grey", head=False, dash=dash)
         f.text(x0 - 10, yc + 5, str(i), size=13, anchor="end")
-        f.text(x1 + 14, yc + 5, f"{2 * math.pi / omega:,.{0 if i else 1}f}", size=13, anchor="start")
+        f.text(
+            x1 + 14, yc + 5, f"{2 * math.pi / omega:,.{0 if i else 1}f}", size=13, anchor="start"
+        )
         f.dot(px, yc - 15 * math.sin(p_mark * omega), "p")
         f.dot(px, yc - 15 * math.cos(p_mark * omega), "grey")
     f.raw(
@@ -1411,13 +1419,21 @@ def sinusoid_waves() -> Svg:
     for x, label in ((x0, "0"), (x1, "63")):
         f.text(x, top + 8 * band + 22, label, size=12, cls="note")
     f.raw(f'<path d="M{x0 + 380},{top + 8 * band + 42} h24" class="wire" stroke="{POSITION}"/>')
-    f.text(x0 + 410, top + 8 * band + 47, "$\\sin p\\,\\omega_i$ (coordinate $2i$)", size=13,
-           anchor="start")
-    f.raw(
-        f'<path d="M{x0 + 80},{top + 8 * band + 42} h24" class="wire dash" stroke="{GREY}"/>'
+    f.text(
+        x0 + 410,
+        top + 8 * band + 47,
+        "$\\sin p\\,\\omega_i$ (coordinate $2i$)",
+        size=13,
+        anchor="start",
     )
-    f.text(x0 + 110, top + 8 * band + 47, "$\\cos p\\,\\omega_i$ (coordinate $2i + 1$)", size=13,
-           anchor="start")
+    f.raw(f'<path d="M{x0 + 80},{top + 8 * band + 42} h24" class="wire dash" stroke="{GREY}"/>')
+    f.text(
+        x0 + 110,
+        top + 8 * band + 47,
+        "$\\cos p\\,\\omega_i$ (coordinate $2i + 1$)",
+        size=13,
+        anchor="start",
+    )
     f.text(20, top + 8 * band + 47, "$d = 16$ (7.1)", size=13, anchor="start")
     return f
 
@@ -1461,8 +1477,13 @@ def data_parallel() -> Svg:
             [(760, y + 18 * out), (760, y + 44 * out), (192, y + 44 * out), (192, y + 28 * out)],
             colour="grey",
         )
-        f.text(400, y + 44 * out + (-6 if n == 0 else 16), "the new $\\theta$, the same in every process", size=12,
-               cls="note")
+        f.text(
+            400,
+            y + 44 * out + (-6 if n == 0 else 16),
+            "the new $\\theta$, the same in every process",
+            size=12,
+            cls="note",
+        )
     f.box(574, 180, 172, 196, "", cls="attn")
     f.text(574, 120, "all-reduce", weight="bold", size=14)
     f.text(574, 150, "$\\gbar = (1/W) \\sum_r g_r$", size=14)
@@ -1521,8 +1542,14 @@ def patch_forecaster() -> Svg:
             f'<path d="M{_fmt(a + 1)},{yy - 4} V{yy} H{_fmt(a + 16 * px - 1)} V{yy - 4}" '
             f'fill="none" stroke="{KEY}" stroke-width="1.3"/>'
         )
-    f.text(30, 156, "patches: $P = 16$, stride $S = 8$, $N = 18$ (10.3)", size=13,
-           anchor="start", cls="note")
+    f.text(
+        30,
+        156,
+        "patches: $P = 16$, stride $S = 8$, $N = 18$ (10.3)",
+        size=13,
+        anchor="start",
+        cls="note",
+    )
     f.wire([(236, y), (266, y)])
     f.box(300, y, 60, 34, "$W_p$", size=14)
     f.wire([(330, y), (355, y)])
@@ -1533,14 +1560,18 @@ def patch_forecaster() -> Svg:
     f.shape(394, y + 24, "[N, D]")
     # the blocks
     f.rect(414, 44, 296, 120, "group", rx=10)
-    f.text(562, 32, "$\\times L$ pre-norm blocks (LN, residuals not drawn)", size=13,
-           cls="note")
-    boxes = ((466, "self-\nattention", "attn"), (562, "cross-\nattention", "attn"),
-             (658, "feed-\nforward", "ffn"))
+    f.text(562, 32, "$\\times L$ pre-norm blocks (LN, residuals not drawn)", size=13, cls="note")
+    boxes = (
+        (466, "self-\nattention", "attn"),
+        (562, "cross-\nattention", "attn"),
+        (658, "feed-\nforward", "ffn"),
+    )
     for x, label, cls in boxes:
         f.box(x, y, 84, 60, label, cls=cls, size=14)
-    f.raw('<rect x="520" y="62" width="84" height="60" rx="6" fill="none" '
-          'stroke="#ffffff" stroke-width="2.5" stroke-dasharray="5 4"/>')
+    f.raw(
+        '<rect x="520" y="62" width="84" height="60" rx="6" fill="none" '
+        'stroke="#ffffff" stroke-width="2.5" stroke-dasharray="5 4"/>'
+    )
     f.wire([(508, y), (518, y)])
     f.wire([(604, y), (614, y)])
     f.wire([(710, y), (734, y)])
@@ -1550,12 +1581,15 @@ def patch_forecaster() -> Svg:
     f.text(784, y + 100, "(RevIN undone)", size=13, cls="note")
     # the covariates
     yc = 300
-    f.text(30, 238, "covariates $u$ over history and horizon, $L + H = 208$", size=13,
-           anchor="start")
+    f.text(
+        30, 238, "covariates $u$ over history and horizon, $L + H = 208$", size=13, anchor="start"
+    )
     _series(f, 30, 297, yc, seed_phase=1.3, colour=GREY)
     ox = 30 + 267 * 156 / 208
-    f.raw(f'<path d="M{_fmt(ox)},{yc - 34} V{yc + 30}" stroke="{INK}" stroke-width="1" '
-          'stroke-dasharray="3 3"/>')
+    f.raw(
+        f'<path d="M{_fmt(ox)},{yc - 34} V{yc + 30}" stroke="{INK}" stroke-width="1" '
+        'stroke-dasharray="3 3"/>'
+    )
     f.text(ox, yc + 46, "origin $t$", size=12, cls="note")
     f.text(ox + 36, yc - 38, "horizon", size=12, cls="note")
     f.wire([(304, yc), (334, yc)])
@@ -1615,8 +1649,14 @@ def gpt_lora() -> Svg:
             f.op(cx, 300, "+", colour=role)
             top = 290
         f.wire([(cx, top), (cx, 258)], colour=role)
-        f.text(cx - 8, 276, {"q": "$Q$", "k": "$K$", "v": "$V$"}[role], size=14,
-               anchor="end", fill=role)
+        f.text(
+            cx - 8,
+            276,
+            {"q": "$Q$", "k": "$K$", "v": "$V$"}[role],
+            size=14,
+            anchor="end",
+            fill=role,
+        )
     f.pill(x, 244, 270, "causal self-attention (Ch. 3, 11)", size=13, h=28)
     f.wire([(x, 230), (x, 216)], colour="c")
     f.box(x, 203, 50, 26, "$W_O$", cls="frozen", size=14)
@@ -1684,8 +1724,12 @@ def bert_inputs_mlm() -> Svg:
     tokens = ["[CLS]", "my", "lord", "[SEP]", "good", "night", "[SEP]"]
     segments = [0, 0, 0, 0, 1, 1, 1]
     x0, step, w = 210, 90, 80
-    rows = (("input", 44), ("token $E[w_t]$", 94), ("segment $S[s_t]$", 144),
-            ("position $P[t]$", 194))
+    rows = (
+        ("input", 44),
+        ("token $E[w_t]$", 94),
+        ("segment $S[s_t]$", 144),
+        ("position $P[t]$", 194),
+    )
     for label, y in rows:
         f.text(20, y + 5, label, size=14, anchor="start")
     for t, (tok, s) in enumerate(zip(tokens, segments, strict=True)):
@@ -1719,8 +1763,11 @@ def bert_inputs_mlm() -> Svg:
     f.text(sel, 420, "non-special tokens", size=12, cls="note")
     f.wire([(338, 370), (420, 370)], head=False, colour="c")
     f.dot(420, 370, "c")
-    outcomes = ((326, "[MASK]", "80%"), (370, "sword", "10%, a random token"),
-                (414, "protest", "10%, unchanged"))
+    outcomes = (
+        (326, "[MASK]", "80%"),
+        (370, "sword", "10%, a random token"),
+        (414, "protest", "10%, unchanged"),
+    )
     for y, tok, share in outcomes:
         f.wire([(420, 370), (450, y), (500, y)], colour="c")
         _tokens(f, 502, y, [tok], size=13, cls="attn")
@@ -1800,7 +1847,7 @@ def vit_embedding() -> Svg:
     f.text(730, ycls + 21, "$[C P^2, D]$", size=12, cls="note", anchor="start")
     f.box(250, ycls, 54, 30, "$x_{\\rm{cls}}$", cls="lora", size=14)
     f.text(218, ycls + 5, "learned", size=12, cls="note", anchor="end")
-    for k, (x, n) in enumerate([(250, 0), *cols]):
+    for x, n in [(250, 0), *cols]:
         f.wire([(x, ycls - 13), (x, yplus + 10)])
         f.op(x, yplus, "+", colour="p")
         f.box(x - 36, yplus, 30, 24, str(n), cls="pos", size=13)
@@ -1818,8 +1865,7 @@ def vit_embedding() -> Svg:
     f.text(250, 96, "class scores $y$ (13.4)", size=14)
     for x, _ in cols:
         f.wire([(x, yenc - 24), (x, 180)], colour="grey", head=False, dash=True)
-    f.text(500, 168, "the patches' final states: not used by the head", size=12,
-           cls="note")
+    f.text(500, 168, "the patches' final states: not used by the head", size=12, cls="note")
     f.raw("</g>")
     return f
 
@@ -1853,8 +1899,14 @@ def gat_neighbourhood() -> Svg:
         end = (ci[0] - 28 * dx / norm, ci[1] - 28 * dy / norm)
         f.wire([start, end], colour="c", head=False, width=1 + 14 * a)
         lx, ly = GAT_LABELS[j]
-        f.text(lx, ly, f"$\\alpha_{{i{j}}} = {a:.2f}$", size=13, fill="c",
-               anchor="start" if lx > ci[0] else "end")
+        f.text(
+            lx,
+            ly,
+            f"$\\alpha_{{i{j}}} = {a:.2f}$",
+            size=13,
+            fill="c",
+            anchor="start" if lx > ci[0] else "end",
+        )
     # the self-loop
     loop = (
         f"M{ci[0] - 12},{ci[1] - 25} C{ci[0] - 40},{ci[1] - 95} {ci[0] + 40},{ci[1] - 95} "
@@ -1866,23 +1918,32 @@ def gat_neighbourhood() -> Svg:
     )
     f.text(ci[0], ci[1] - 92, f"$\\alpha_{{ii}} = {GAT_WEIGHTS['i']:.2f}$", size=13, fill="c")
     for j, (x, y) in nbrs.items():
-        f.raw(f'<circle cx="{x}" cy="{y}" r="22" fill="#ffffff" stroke="{INK}" '
-              'stroke-width="1.5"/>')
+        f.raw(
+            f'<circle cx="{x}" cy="{y}" r="22" fill="#ffffff" stroke="{INK}" stroke-width="1.5"/>'
+        )
         f.text(x, y + 6, f"$j={j}$", size=13)
-    f.raw(f'<circle cx="{ci[0]}" cy="{ci[1]}" r="26" fill="#fcebd0" stroke="#b57d00" '
-          'stroke-width="1.8"/>')
+    f.raw(
+        f'<circle cx="{ci[0]}" cy="{ci[1]}" r="26" fill="#fcebd0" stroke="#b57d00" '
+        'stroke-width="1.8"/>'
+    )
     f.text(ci[0], ci[1] + 6, "$i$", size=16)
     f.text(200, 388, "weights into $i$ sum to 1, self-loop included", size=12, cls="note")
     # the computation
     x0 = 430
     f.rect(x0, 24, 414, 352, "frame", rx=12)
     steps = (
-        ("score every edge into $i$ (14.2)",
-         "$e_{ij} = \\rm{LeakyReLU}(a_{\\rm{dst}}^\\top W x_i + a_{\\rm{src}}^\\top W x_j)$"),
-        ("softmax over $\\tilde N(i) = N(i) \\cup \\{i\\}$ (14.3)",
-         "$\\alpha_{ij} = \\exp e_{ij} \\,/\\, \\sum_{k \\in \\tilde N(i)} \\exp e_{ik}$"),
-        ("weighted sum of the neighbours (14.4)",
-         "$h_i = \\sigma(\\sum_{j \\in \\tilde N(i)} \\alpha_{ij}\\, W x_j)$"),
+        (
+            "score every edge into $i$ (14.2)",
+            "$e_{ij} = \\rm{LeakyReLU}(a_{\\rm{dst}}^\\top W x_i + a_{\\rm{src}}^\\top W x_j)$",
+        ),
+        (
+            "softmax over $\\tilde N(i) = N(i) \\cup \\{i\\}$ (14.3)",
+            "$\\alpha_{ij} = \\exp e_{ij} \\,/\\, \\sum_{k \\in \\tilde N(i)} \\exp e_{ik}$",
+        ),
+        (
+            "weighted sum of the neighbours (14.4)",
+            "$h_i = \\sigma(\\sum_{j \\in \\tilde N(i)} \\alpha_{ij}\\, W x_j)$",
+        ),
     )
     for n, (title, formula) in enumerate(steps):
         y = 62 + n * 88
@@ -1890,10 +1951,22 @@ def gat_neighbourhood() -> Svg:
         f.text(x0 + 36, y + 30, formula, size=14, anchor="start")
         if n < 2:
             f.wire([(x0 + 200, y + 44), (x0 + 200, y + 64)], colour="grey")
-    f.text(x0 + 20, 316, "$K$ heads: $K$ copies of $(W, a)$ side by side;", size=13,
-           anchor="start", cls="note")
-    f.text(x0 + 20, 336, "a hidden layer concatenates their outputs,", size=13,
-           anchor="start", cls="note")
+    f.text(
+        x0 + 20,
+        316,
+        "$K$ heads: $K$ copies of $(W, a)$ side by side;",
+        size=13,
+        anchor="start",
+        cls="note",
+    )
+    f.text(
+        x0 + 20,
+        336,
+        "a hidden layer concatenates their outputs,",
+        size=13,
+        anchor="start",
+        cls="note",
+    )
     f.text(x0 + 20, 356, "the output layer averages them", size=13, anchor="start", cls="note")
     return f
 
