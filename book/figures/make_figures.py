@@ -1761,8 +1761,10 @@ def bert_inputs_mlm() -> Svg:
     f.box(sel, 370, _token_width("protest", 13) + 6, 32, "", cls="group", rx=6)
     f.text(sel, 404, "selected: 15% of the", size=12, cls="note")
     f.text(sel, 420, "non-special tokens", size=12, cls="note")
-    f.wire([(338, 370), (420, 370)], head=False, colour="c")
+    f.wire([(334, 370), (420, 370)], head=False, colour="c")
     f.dot(420, 370, "c")
+    f.text(376, 346, "a selected", size=12, cls="note")
+    f.text(376, 361, "token becomes", size=12, cls="note")
     outcomes = (
         (326, "[MASK]", "80%"),
         (370, "sword", "10%, a random token"),
