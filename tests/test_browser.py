@@ -8,7 +8,9 @@ Checks, for each page served from localhost with no network:
 - pages that embed widget state render the widgets;
 - every figure of a page (the diagrams of book/figures) is displayed: its
   image loaded (natural width > 0), has a visible size, its alt text and a
-  numbered caption.
+  numbered caption;
+- every wire of every figure is drawn at the width the figure asks for
+  (opened as a file, no book build needed).
 """
 
 from __future__ import annotations
@@ -197,3 +199,62 @@ def test_figures_are_displayed(browser, site_url, page):
         assert re.match(r"\s*Figure \d+\.\d+", state["caption"]), (
             f"{page}: {name} has no numbered caption: {state['caption'][:80]!r}"
         )
+
+
+# Every wire of a figure, as the browser draws it: its path and computed stroke width.
+WIRE_WIDTHS = """
+return Array.from(document.querySelectorAll('path.wire')).map(
+  p => [p.getAttribute('d'), parseFloat(getComputedStyle(p).strokeWidth)]);
+"""
+
+
+WIRE_DEFAULT = 1.6  # the .wire rule of make_figures.py's stylesheet
+
+
+def _intended_width(path) -> float:
+    """The width a wire asks for: its style, else its stroke-width attribute, else the
+    stylesheet's .wire rule."""
+    style = re.search(r"stroke-width:\s*([\d.]+)", path.get("style", ""))
+    if style:
+        return float(style.group(1))
+    return float(path.get("stroke-width", WIRE_DEFAULT))
+
+
+def test_figure_stroke_widths_render(browser):
+    """The widths a figure encodes are the widths Chromium draws: the LSTM's cell
+    state is thicker than the other wires, and in the attention figure the three
+    alpha wires have three different widths. (A stroke-width attribute loses to the
+    stylesheet's .wire rule in the CSS cascade and renders at 1.6 px; the control
+    below shows that this check would catch it.)"""
+    import xml.etree.ElementTree as ET
+
+    from tests.test_figures import FIGURES, SVG_NS
+
+    drawn = {}
+    for svg in sorted(FIGURES.glob("*.svg")):
+        browser.get(svg.as_uri())
+        _wait_for(browser, "return document.readyState === 'complete'")
+        computed = browser.execute_script(WIRE_WIDTHS)
+        root = ET.fromstring(svg.read_text())
+        wires = [p for p in root.iter(f"{SVG_NS}path") if "wire" in p.get("class", "").split()]
+        assert [p.get("d") for p in wires] == [d for d, _ in computed], svg.name
+        for path, (d, width) in zip(wires, computed, strict=True):
+            assert width == pytest.approx(_intended_width(path), abs=0.01), (
+                f"{svg.name}: the wire {d[:40]} asks for {_intended_width(path)} px "
+                f"and renders at {width} px"
+            )
+        drawn[svg.stem] = computed
+        if svg.stem == "lstm_cell":
+            # the control: the same wire with a stroke-width attribute renders at 1.6 px
+            control = browser.execute_script(
+                "const p = document.querySelector('path.wire').cloneNode();"
+                "p.removeAttribute('style'); p.setAttribute('stroke-width', '3.2');"
+                "document.documentElement.appendChild(p);"
+                "return parseFloat(getComputedStyle(p).strokeWidth);"
+            )
+            assert control == pytest.approx(WIRE_DEFAULT)
+    cell_state = [w for d, w in drawn["lstm_cell"] if d.endswith(",80")]
+    others = [w for d, w in drawn["lstm_cell"] if not d.endswith(",80")]
+    assert len(cell_state) == 3 and min(cell_state) > 1.5 * max(others), drawn["lstm_cell"]
+    alphas = sorted({w for _, w in drawn["seq2seq_attention"] if w != WIRE_DEFAULT})
+    assert len(alphas) == 3 and alphas[-1] > 2 * alphas[0], drawn["seq2seq_attention"]

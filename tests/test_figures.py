@@ -215,3 +215,22 @@ def test_the_figures_readme_lists_every_svg():
     readme = (FIGURES / "README.md").read_text()
     missing = [p.name for p in _svgs() if f"`{p.name}`" not in readme]
     assert not missing, f"book/figures/README.md does not list {missing}"
+
+
+def test_the_bpe_figure_draws_the_librarys_merges_and_ids():
+    """bpe_pipeline.svg draws the merges, counts and ids of make_figures.toy_bpe; they must
+    be what Chapter 5's library learns on the same corpus (the chapter's next cell)."""
+    from course_lib import tokenization
+
+    module = _make_figures()
+    drawn = module.toy_bpe(module.TOY_CORPUS, 10)
+    library = tokenization.train_bpe(module.TOY_CORPUS, vocab_size=1 + 10 + 10)
+    assert [pair for pair, _ in drawn] == library.merges
+    assert module.toy_vocab() == dict(library.vocab)
+    assert library.encode("lowest newer") == [14, 12, 16, 2, 7]  # the ids the figure shows
+    assert [count for _, count in drawn][:4] == [9, 9, 7, 7]
+
+
+def test_the_gat_figure_weights_are_a_softmax_output():
+    weights = _make_figures().GAT_WEIGHTS
+    assert abs(sum(weights.values()) - 1) < 1e-12 and min(weights.values()) > 0

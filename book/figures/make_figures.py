@@ -15,6 +15,7 @@ the standard library.
 from __future__ import annotations
 
 import html
+import math
 import re
 import sys
 from pathlib import Path
@@ -87,6 +88,8 @@ text {{ font-family: {SANS}; font-size: {_fmt(15 * FONT_SCALE)}px; fill: {INK}; 
 .group {{ fill: none; stroke: #999999; stroke-width: 1.2; stroke-dasharray: 6 4; }}
 .allow {{ fill: #ffffff; stroke: #999999; stroke-width: 1; }}
 .block {{ fill: #666666; stroke: #999999; stroke-width: 1; }}
+.frozen {{ fill: #eeeeee; stroke: {GREY}; stroke-width: 1.5; }}
+.lora {{ fill: #e3f2fb; stroke: #56B4E9; stroke-width: 1.5; }}
 """
 
 UPRIGHT = {
@@ -111,6 +114,9 @@ UPRIGHT = {
     "BOS",
     "PE",
     "Linear",
+    "sin",
+    "cos",
+    "LeakyReLU",
 }
 
 
@@ -122,6 +128,14 @@ SYMBOLS = {
     "alpha": "\u03b1",
     "sigma": "\u03c3",
     "omega": "\u03c9",
+    "pi": "\u03c0",
+    "theta": "\u03b8",
+    "gbar": "\u1e21",
+    "yhat": "\u0177",
+    "sin": "sin",
+    "cos": "cos",
+    "exp": "exp",
+    "cup": "\u222a",
     "sum": "\u2211",
     "odot": "\u2299",
     "sqrt": "\u221a",
@@ -140,7 +154,8 @@ SYMBOLS = {
 def _math_runs(s: str) -> list[tuple[str, bool, bool, int]]:
     """Split TeX-like math (``h_{t-1}``, ``W_Q^{(r)}``, ``\\rm{text}``) into runs of
     (text, italic, serif, level), level -1 for a subscript and +1 for a superscript."""
-    s = s.replace("\\,", "\u2009")
+    s = s.replace("\\,", "\u2009").replace("\\tilde N", "\u00d1")
+    s = s.replace("\\{", "\u007b").replace("\\}", "\u007d")
     s = re.sub(r"\\sqrt\{([^}]*)\}", "\u221a\\1", s)
     s = re.sub(r"\\([a-z]+)", lambda m: SYMBOLS.get(m.group(1), m.group(0)), s)
     runs: list[tuple[str, bool, bool, int]] = []
@@ -150,7 +165,9 @@ def _math_runs(s: str) -> list[tuple[str, bool, bool, int]]:
         if upright_all:
             runs.append((chunk, False, False, level))
             return
-        for piece in re.findall(r"[A-Za-z]+|[\u03b1-\u03c9]|[^A-Za-z\u03b1-\u03c9]+", chunk):
+        # runs of ASCII letters (a name, or one variable each), single other letters
+        # (Greek, or a letter with an accent such as \u0177), anything else
+        for piece in re.findall(r"[A-Za-z]+|[^\W\d_]|[\W\d_]+", chunk):
             if piece.isascii() and piece.isalpha() and piece in UPRIGHT:
                 runs.append((piece, False, True, level))
             elif piece.isalpha():
@@ -309,7 +326,9 @@ class Svg:
             self.items.append(f'<path d="{d}" class="halo"/>')
         c = COLOURS.get(colour, colour)
         cls = "wire dash" if dash else "wire"
-        extra = f' stroke-width="{_fmt(width)}"' if width else ""
+        # a style, not a stroke-width attribute: the stylesheet's .wire rule beats an
+        # attribute in the CSS cascade, so an attribute would render at 1.6 px
+        extra = f' style="stroke-width: {_fmt(width)}"' if width else ""
         marker = f' marker-end="url(#ah-{colour})"' if head else ""
         self.items.append(f'<path d="{d}" class="{cls}" stroke="{c}"{extra}{marker}/>')
 
@@ -319,8 +338,8 @@ class Svg:
     # ---- output
     def render(self) -> str:
         markers = "\n".join(
-            f'<marker id="ah-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6.5" '
-            f'markerHeight="6.5" orient="auto-start-reverse">'
+            f'<marker id="ah-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="10.4" '
+            f'markerHeight="10.4" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
             f'<path d="M0,1 L10,5 L0,9 z" fill="{c}"/></marker>'
             for k, c in COLOURS.items()
         )
@@ -413,9 +432,9 @@ def lstm_cell() -> Svg:
     f.rect(110, 40, 540, 262, "frame", rx=14)
     f.text(640, 292, "LSTM cell", size=13, anchor="end", cls="note")
     # the cell state: the additive path
-    f.wire([(30, 80), (218, 80)], colour="h", width=2.6)
-    f.wire([(242, 80), (358, 80)], colour="h", width=2.6)
-    f.wire([(382, 80), (730, 80)], colour="h", width=2.6)
+    f.wire([(30, 80), (218, 80)], colour="h", width=3.2)
+    f.wire([(242, 80), (358, 80)], colour="h", width=3.2)
+    f.wire([(382, 80), (730, 80)], colour="h", width=3.2)
     f.op(230, 80, "odot")
     f.op(370, 80, "+")
     f.text(30, 66, "$C_{t-1}$", anchor="start")
@@ -625,8 +644,9 @@ def seq2seq_attention() -> Svg:
     for x, j, w in zip(enc, ["1", "2", "S"], widths, strict=True):
         f.wire([(x, y - 22), (x, y - 58)], colour="h")
         f.box(x, y - 74, 44, 30, f"$h_{j}$", stroke="h")
-        f.wire([(x, y - 89), (ax - 40, ay + 22)], colour="c", head=False, width=w)
-        f.text(x - 6, y - 100, f"$\\alpha_{{i{j}}}$", anchor="end", fill="c")
+        # up first, then across: each label sits beside its own wire's vertical part
+        f.wire([(x, y - 89), (x, y - 120), (ax - 40, ay + 22)], colour="c", head=False, width=w)
+        f.text(x - 7, y - 97, f"$\\alpha_{{i{j}}}$", anchor="end", fill="c")
     f.box(ax, ay, 130, 44, "$c_i = \\sum_j \\alpha_{ij} h_j$", cls="attn")
     f.text(ax, ay + 40, "(2.3)", size=13, cls="note")
     f.text(
@@ -1134,6 +1154,822 @@ def positions_in_attention() -> Svg:
         size=13,
         cls="note",
     )
+    return f
+
+
+# ------------------------------------------------ figures of chapters 5 to 14
+TOY_CORPUS = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+
+
+def toy_bpe(counts: dict[str, int], num_merges: int) -> list[tuple[tuple[str, str], int]]:
+    """BPE as Chapter 5 writes it (recount every pair after every merge; ties to the
+    smallest ids, characters numbered in code-point order): the merges and their
+    counts. ``tests/test_figures.py`` checks the merges against ``course_lib``."""
+    words = {tuple(w): n for w, n in counts.items()}
+    ids = {ch: i for i, ch in enumerate(["[UNK]", *sorted({ch for w in counts for ch in w})])}
+    merges = []
+    for _ in range(num_merges):
+        pairs: dict[tuple[str, str], int] = {}
+        for w, n in words.items():
+            for pair in zip(w, w[1:], strict=False):
+                pairs[pair] = pairs.get(pair, 0) + n
+        best = max(pairs, key=lambda p: (pairs[p], -ids[p[0]], -ids[p[1]]))
+        merges.append((best, pairs[best]))
+        ids.setdefault(best[0] + best[1], len(ids))
+        new = {}
+        for w, n in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if w[i : i + 2] == best:
+                    out.append(best[0] + best[1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            new[tuple(out)] = n
+        words = new
+    return merges
+
+
+def toy_vocab() -> dict[str, int]:
+    chars = sorted({ch for w in TOY_CORPUS for ch in w})
+    vocab = {s: i for i, s in enumerate(["[UNK]", *chars])}
+    for (a, b), _ in toy_bpe(TOY_CORPUS, 10):
+        vocab[a + b] = len(vocab)
+    return vocab
+
+
+def _token_width(piece: str, size: float = 14) -> float:
+    return max(24, 0.62 * size * len(piece) + 14)
+
+
+def _tokens(f: Svg, x, y, pieces, cls="layer", w=None, gap=4, size=14) -> list:
+    """A row of small boxes in a monospace font from ``x``, one per piece (a token
+    or an id); returns their centres."""
+    centres = []
+    for p in pieces:
+        width = w or _token_width(p, size)
+        f.box(x + width / 2, y, width, 26, "", cls=cls, rx=4)
+        f.items.append(
+            f'<text x="{_fmt(x + width / 2)}" y="{_fmt(y + 5)}" text-anchor="middle" '
+            f'style="font-family: {MONO}; font-size: {_fmt(size)}px">{_esc(p)}</text>'
+        )
+        centres.append(x + width / 2)
+        x += width + gap
+    return centres
+
+
+@figure
+def bpe_pipeline() -> Svg:
+    merges = toy_bpe(TOY_CORPUS, 10)
+    vocab = toy_vocab()
+    f = Svg(
+        "bpe_pipeline",
+        860,
+        440,
+        "Byte-pair encoding: learning the merges, then encoding a text",
+        "Top: BPE learns merges from word counts (low 5, lower 2, newest 6, widest 3); "
+        "each merge joins the most frequent adjacent pair, e + s first (9 times), then "
+        "es + t, l + o, lo + w; ten merges in all. Bottom: encoding the text 'lowest newer': "
+        "pre-tokenization cuts it into words, replaying the merges in order cuts each word "
+        "into pieces (low, est; new, e, r), each piece becomes its id in the vocabulary "
+        "(14, 12; 16, 2, 7), and each id selects a row of the embedding table E, giving "
+        "a sequence of five vectors.",
+    )
+    # --- training the merges
+    f.text(20, 30, "learning the merges", anchor="start", weight="bold")
+    f.text(20, 56, "word counts", size=13, cls="note", anchor="start")
+    for n, (word, count) in enumerate(TOY_CORPUS.items()):
+        y = 90 + n * 32
+        _tokens(f, 20, y, list(word), w=20, gap=2, size=13)
+        f.text(20 + 22 * len(word) + 6, y + 5, f"\u00d7{count}", size=13, anchor="start")
+    f.wire([(200, 138), (236, 138)], colour="grey")
+    f.text(262, 56, "merge the most frequent pair; repeat", size=13, cls="note", anchor="start")
+    for n, ((a, b), count) in enumerate(merges):
+        col, row = divmod(n, 5)
+        x, y = 262 + col * 300, 84 + row * 30
+        f.text(x + 18, y + 5, f"{n + 1}.", size=13, anchor="end", cls="note")
+        cx = _tokens(f, x + 24, y, [a, b], gap=20, size=13)
+        f.text((cx[0] + cx[1]) / 2 + (_token_width(a, 13) - _token_width(b, 13)) / 4, y + 5, "+")
+        end = x + 24 + _token_width(a, 13) + _token_width(b, 13) + 20
+        f.text(end + 12, y + 5, "\u2192", size=13)
+        _tokens(f, end + 24, y, [a + b], cls="attn", size=13)
+        f.text(x + 262, y + 5, f"{count}\u00d7", size=12, anchor="end", cls="note")
+    # --- encoding a text
+    y0 = 262
+    f.raw(f'<path d="M20,{y0 - 32} H840" stroke="#dddddd" stroke-width="1"/>')
+    f.text(20, y0 - 6, "encoding a text", anchor="start", weight="bold")
+    ya, yb = y0 + 44, y0 + 104
+    ym = (ya + yb) / 2
+    _tokens(f, 20, ym, ["lowest newer"], cls="op")
+    f.wire([(132, ym), (150, ym)])
+    f.pill(200, ym, 96, "pre-tokenize", size=13)
+    for y, word in ((ya, "lowest"), (yb, "newer")):
+        f.wire([(248, ym), (258, ym), (258, y), (270, y)], head=y == ya)
+        _tokens(f, 272, y, [word], size=14)
+        f.wire([(344 if word == "newer" else 352, y), (372, y)])
+    f.dot(258, ym)
+    f.wire([(258, ym), (258, yb), (270, yb)])
+    f.pill(432, ym, 112, "merges 1\u201310", size=13, h=64)
+    f.text(432, ym + 22, "in order", size=13, cls="note")
+    pieces = {ya: ["low", "est"], yb: ["new", "e", "r"]}
+    for y, ps in pieces.items():
+        f.wire([(488, y), (508, y)])
+        end = 510 + sum(_token_width(p) + 4 for p in ps)
+        _tokens(f, 510, y, ps, size=14, cls="attn")
+        f.wire([(end, y), (626, y)])
+        _tokens(f, 628, y, [str(vocab[p]) for p in ps], w=28, size=14)
+    f.text(556, y0 + 14, "pieces", size=13, cls="note")
+    f.text(675, y0 + 14, "ids", size=13, cls="note")
+    # the embedding table: one row per token of the vocabulary
+    n_rows, top, row_h = len(vocab), y0 + 10, 6
+    ids = [vocab[p] for ps in pieces.values() for p in ps]
+    f.wire([(724, ym), (758, ym)])
+    f.rect(762, top, 46, n_rows * row_h, "layer")
+    for i in sorted(ids):
+        f.rect(762, top + i * row_h, 46, row_h, "attn")
+    f.text(785, top - 8, "$E$", size=14)
+    f.shape(785, top + n_rows * row_h + 18, f"[{n_rows}, d]")
+    f.text(814, top + 2 * row_h + 6, "row 2", size=11, cls="note", anchor="start")
+    f.text(814, top + 16 * row_h + 6, "row 16", size=11, cls="note", anchor="start")
+    f.text(
+        430,
+        428,
+        "each id selects a row of $E$: five pieces, five vectors of width $d$ (5.1)-(5.2)",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
+@figure
+def qk_ov_circuits() -> Svg:
+    f = Svg(
+        "qk_ov_circuits",
+        860,
+        400,
+        "One attention head as a QK circuit and an OV circuit",
+        "Top, the QK circuit: the query token x_i goes through W_Q and the key token x_j "
+        "through W_K; their dot product, scaled by the square root of d_k, is the score "
+        "x_i^T A_h x_j with A_h = W_Q W_K^T, a d_model by d_model matrix of rank at most d_k; "
+        "a softmax over j gives the weights alpha_ij: where the head looks. Bottom, the OV "
+        "circuit: x_j goes through W_V and W_O, that is through B_h = W_V W_O, also of rank "
+        "at most d_k; the head adds up alpha_ij x_j B_h over j: what it writes. The "
+        "multi-head output for token i is the sum of the heads' outputs.",
+    )
+    yq, yk, yv = 80, 170, 300
+    # inputs
+    f.text(40, yq + 6, "$x_i$", size=16)
+    f.text(40, yk + 30, "$x_j$", size=16)
+    f.wire([(58, yq), (118, yq)], colour="q")
+    f.wire([(58, yk + 24), (80, yk + 24)], head=False)
+    f.dot(80, yk + 24)
+    f.wire([(80, yk + 24), (80, yk), (118, yk)], colour="k")
+    f.wire([(80, yk + 24), (80, yv), (118, yv)], colour="v")
+    f.text(
+        20,
+        22,
+        "token vectors: rows of width $d_{\\rm{model}}$",
+        size=13,
+        cls="note",
+        anchor="start",
+    )
+    # QK circuit
+    f.box(150, yq, 60, 34, "$W_Q^{(h)}$", stroke="q", size=14)
+    f.box(150, yk, 60, 34, "$W_K^{(h)}$", stroke="k", size=14)
+    f.wire([(180, yq), (330, yq), (330, yq + 27)], colour="q")
+    f.text(250, yq - 8, "$q_i$  [$d_k$]", fill="q", size=14)
+    f.wire([(180, yk), (330, yk), (330, yk - 27)], colour="k")
+    f.text(250, yk + 22, "$k_j$  [$d_k$]", fill="k", size=14)
+    f.pill(330, (yq + yk) / 2, 118, "$q_i \\cdot k_j / \\sqrt{d_k}$", size=14)
+    f.wire([(389, (yq + yk) / 2), (432, (yq + yk) / 2)])
+    f.pill(480, (yq + yk) / 2, 90, "softmax$_j$", size=14)
+    f.wire([(525, (yq + yk) / 2), (640, (yq + yk) / 2), (640, yv - 13)], colour="c")
+    f.text(588, (yq + yk) / 2 - 10, "$\\alpha^{(h)}_{ij}$", fill="c")
+    f.rect(112, yq - 44, 290, 166, "group", rx=10)
+    f.text(590, 34, "QK circuit: where head $h$ looks (6.6)", weight="bold", size=14)
+    f.text(590, 58, "$A_h = W_Q^{(h)} W_K^{(h)\\top}$, score $x_i^\\top A_h x_j$", size=14)
+    # OV circuit
+    f.box(150, yv, 60, 34, "$W_V^{(h)}$", stroke="v", size=14)
+    f.wire([(180, yv), (270, yv)], colour="v")
+    f.box(300, yv, 60, 34, "$W_O^{(h)}$", size=14)
+    f.wire([(330, yv), (548, yv)], colour="v")
+    f.text(440, yv - 8, "$x_j B_h$  [$d_{\\rm{model}}$]", fill="v", size=14)
+    f.rect(112, yv - 30, 226, 60, "group", rx=10)
+    f.pill(640, yv, 180, "$\\sum_j \\alpha^{(h)}_{ij}\\,(\\cdot)$", size=14)
+    f.wire([(730, yv), (790, yv)], colour="c")
+    f.text(790, yv - 12, "head $h$", size=13, cls="note", anchor="end")
+    f.op(802, yv, "+")
+    f.wire([(802, yv - 30), (802, yv - 12)], colour="c")
+    f.text(802, yv - 38, "other heads", size=13, cls="note")
+    f.wire([(802, yv + 12), (802, yv + 44)], colour="c")
+    f.text(802, yv + 62, "$\\rm{MHA}(X)_i$ (6.8)", size=14, anchor="end")
+    f.text(225, yv + 54, "OV circuit: what head $h$ writes (6.8)", weight="bold", size=14)
+    f.text(225, yv + 78, "$B_h = W_V^{(h)} W_O^{(h)}$", size=14)
+    f.text(
+        590,
+        84,
+        "$A_h$ and $B_h$: $d_{\\rm{model}} \\times d_{\\rm{model}}$, rank $\\le d_k$",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
+@figure
+def sinusoid_waves() -> Svg:
+    d, length, p_mark = 16, 64, 20
+    f = Svg(
+        "sinusoid_waves",
+        860,
+        470,
+        "The sinusoidal position table as waves of falling frequency",
+        "The sinusoidal table for width d = 16 drawn as eight rows, one per pair i of "
+        "coordinates, over positions 0 to 63. Each row shows sin(p omega_i) as a solid "
+        "line and cos(p omega_i) as a dashed line, with omega_i = 10000^(-2i/d). Row 0 "
+        "has a wavelength of 2 pi, about 6 positions; each next row's wavelength is about "
+        "3.2 times longer, so the last rows are almost flat over 64 positions. A vertical "
+        "line at position 20 marks one row of the table, PE(20): the values where it "
+        "crosses the waves.",
+    )
+    x0, x1, top, band = 150, 700, 62, 42
+    f.text(x0 - 10, 30, "pair $i$", size=13, cls="note", anchor="end")
+    f.text((x0 + x1) / 2, 30, "position $p$ \u2192", size=13, cls="note")
+    f.text(x1 + 14, 30, "wavelength $2\\pi/\\omega_i$", size=13, cls="note", anchor="start")
+    xs = [x0 + (x1 - x0) * k / 400 for k in range(401)]
+    px = x0 + (x1 - x0) * p_mark / (length - 1)
+    for i in range(d // 2):
+        omega = 10000 ** (-2 * i / d)
+        yc = top + i * band + band / 2
+        f.raw(f'<path d="M{x0},{_fmt(yc)} H{x1}" stroke="#e2e2e2" stroke-width="1"/>')
+        for fn, dash in ((math.sin, False), (math.cos, True)):
+            pts = [(x, yc - 15 * fn((x - x0) / (x1 - x0) * (length - 1) * omega)) for x in xs]
+            f.wire(pts, colour="p" if not dash else "grey", head=False, dash=dash)
+        f.text(x0 - 10, yc + 5, str(i), size=13, anchor="end")
+        f.text(
+            x1 + 14, yc + 5, f"{2 * math.pi / omega:,.{0 if i else 1}f}", size=13, anchor="start"
+        )
+        f.dot(px, yc - 15 * math.sin(p_mark * omega), "p")
+        f.dot(px, yc - 15 * math.cos(p_mark * omega), "grey")
+    f.raw(
+        f'<path d="M{_fmt(px)},{top - 4} V{top + 8 * band + 4}" stroke="{INK}" '
+        'stroke-width="1" stroke-dasharray="3 3"/>'
+    )
+    f.text(px, top + 8 * band + 22, "$PE(20)$: one row of the table", size=13)
+    for x, label in ((x0, "0"), (x1, "63")):
+        f.text(x, top + 8 * band + 22, label, size=12, cls="note")
+    f.raw(f'<path d="M{x0 + 380},{top + 8 * band + 42} h24" class="wire" stroke="{POSITION}"/>')
+    f.text(
+        x0 + 410,
+        top + 8 * band + 47,
+        "$\\sin p\\,\\omega_i$ (coordinate $2i$)",
+        size=13,
+        anchor="start",
+    )
+    f.raw(f'<path d="M{x0 + 80},{top + 8 * band + 42} h24" class="wire dash" stroke="{GREY}"/>')
+    f.text(
+        x0 + 110,
+        top + 8 * band + 47,
+        "$\\cos p\\,\\omega_i$ (coordinate $2i + 1$)",
+        size=13,
+        anchor="start",
+    )
+    f.text(20, top + 8 * band + 47, "$d = 16$ (7.1)", size=13, anchor="start")
+    return f
+
+
+@figure
+def data_parallel() -> Svg:
+    f = Svg(
+        "data_parallel",
+        860,
+        380,
+        "Data-parallel training with an all-reduce",
+        "Two processes each hold a full copy of the model with the "
+        "same weights theta. The batch of 2b examples is cut into two shards of b; each "
+        "process computes the gradient g_r of its shard's mean loss. An all-reduce averages "
+        "the gradients, (g_1 + g_2) / 2, which equals the gradient of the whole batch's "
+        "mean loss (9.8), and hands the average to every process; each then takes the "
+        "same optimizer step, so the copies keep identical weights.",
+    )
+    rows = {"process 1": 110, "process 2": 250}
+    f.text(62, 34, "batch of $Wb$", size=14)
+    f.text(62, 52, "examples", size=13, cls="note")
+    f.rect(40, 68, 44, 224, "frame", rx=4)
+    for n, y in enumerate(rows.values()):
+        f.rect(46, y - 40, 32, 80, "layer", rx=3)
+        f.text(62, y + 5, f"$r={n + 1}$", size=12)
+    f.text(62, 312, "$W = 2$ shards of $b$", size=13, cls="note")
+    for n, (name, y) in enumerate(rows.items()):
+        f.wire([(80, y), (118, y)])
+        f.box(192, y, 140, 52, "", cls="frame", rx=8)
+        f.text(192, y - 4, name, size=13)
+        f.text(192, y + 16, "model copy, weights $\\theta$", size=12)
+        f.wire([(262, y), (300, y)])
+        f.pill(362, y, 120, "loss, backward", size=13)
+        f.wire([(422, y), (486, y)], colour="c")
+        f.text(452, y - 10, f"$g_{n + 1}$", fill="c")
+        f.wire([(660, y), (700, y)], colour="c")
+        f.text(680, y - 10, "$\\gbar$", fill="c")
+        f.box(760, y, 116, 36, "optimizer step", size=13)
+        out = -1 if n == 0 else 1
+        f.wire(
+            [(760, y + 18 * out), (760, y + 44 * out), (192, y + 44 * out), (192, y + 28 * out)],
+            colour="grey",
+        )
+        f.text(
+            400,
+            y + 44 * out + (-6 if n == 0 else 16),
+            "the new $\\theta$, the same in every process",
+            size=12,
+            cls="note",
+        )
+    f.box(574, 180, 172, 196, "", cls="attn")
+    f.text(574, 120, "all-reduce", weight="bold", size=14)
+    f.text(574, 150, "$\\gbar = (1/W) \\sum_r g_r$", size=14)
+    f.text(574, 186, "= the gradient of the", size=13, cls="note")
+    f.text(574, 204, "whole batch's mean loss", size=13, cls="note")
+    f.text(574, 222, "(9.8)", size=13, cls="note")
+    f.text(574, 248, "DDP runs it inside", size=13, cls="note")
+    f.text(574, 266, "backward (gloo, nccl)", size=13, cls="note")
+    f.text(
+        430,
+        368,
+        "each process holds the whole model, its gradients and the optimizer state",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
+def _series(f: Svg, x0, x1, y, seed_phase=0.0, amp=14, colour=INK, steps=120) -> None:
+    """A made-up seasonal series with a trend, for illustration only."""
+    pts = []
+    for k in range(steps + 1):
+        t = k / steps
+        v = math.sin(2 * math.pi * 3 * t + seed_phase) + 0.35 * math.sin(2 * math.pi * 11 * t)
+        pts.append((x0 + (x1 - x0) * t, y - amp * (0.6 * v + 1.2 * t - 0.6)))
+    d = "M" + " L".join(f"{_fmt(a)},{_fmt(b)}" for a, b in pts)
+    f.raw(f'<path d="{d}" fill="none" stroke="{colour}" stroke-width="1.4"/>')
+
+
+@figure
+def patch_forecaster() -> Svg:
+    f = Svg(
+        "patch_forecaster",
+        880,
+        420,
+        "A patch Transformer forecaster with cross-attention to covariates",
+        "Top: the history x of L = 156 weeks, normalised by its own mean and standard "
+        "deviation (RevIN), is cut into N = 18 overlapping patches of P = 16 steps with "
+        "stride S = 8; each patch is embedded by a linear map W_p plus a learned position "
+        "w^pos_n, and the N tokens pass through L pre-norm blocks; the outputs are flattened "
+        "and mapped linearly to the H = 52 future values, and the normalisation is undone "
+        "(10.4). Bottom: the covariates u over the history and the horizon, 208 steps, are "
+        "patched and embedded into 25 memory tokens M; in the variant with covariates each "
+        "block has a cross-attention sub-layer (10.5) whose queries are the series' patch "
+        "tokens and whose keys and values come from M.",
+    )
+    # the history and its patches
+    y = 92
+    f.text(30, 30, "history $x$, $L = 156$ weeks (RevIN-normalised)", size=13, anchor="start")
+    _series(f, 30, 230, y)
+    n_p, px = 18, 200 / 156
+    for n in range(n_p):
+        a = 30 + n * 8 * px
+        yy = 122 + (n % 2) * 9
+        f.raw(
+            f'<path d="M{_fmt(a + 1)},{yy - 4} V{yy} H{_fmt(a + 16 * px - 1)} V{yy - 4}" '
+            f'fill="none" stroke="{KEY}" stroke-width="1.3"/>'
+        )
+    f.text(
+        30,
+        156,
+        "patches: $P = 16$, stride $S = 8$, $N = 18$ (10.3)",
+        size=13,
+        anchor="start",
+        cls="note",
+    )
+    f.wire([(236, y), (266, y)])
+    f.box(300, y, 60, 34, "$W_p$", size=14)
+    f.wire([(330, y), (355, y)])
+    f.op(365, y, "+", colour="p")
+    f.box(365, 38, 60, 28, "$w^{pos}_n$", cls="pos", size=14)
+    f.wire([(365, 52), (365, 80)], colour="p")
+    f.wire([(375, y), (412, y)])
+    f.shape(394, y + 24, "[N, D]")
+    # the blocks
+    f.rect(414, 44, 296, 120, "group", rx=10)
+    f.text(562, 32, "$\\times L$ pre-norm blocks (LN, residuals not drawn)", size=13, cls="note")
+    boxes = (
+        (466, "self-\nattention", "attn"),
+        (562, "cross-\nattention", "attn"),
+        (658, "feed-\nforward", "ffn"),
+    )
+    for x, label, cls in boxes:
+        f.box(x, y, 84, 60, label, cls=cls, size=14)
+    f.raw(
+        '<rect x="520" y="62" width="84" height="60" rx="6" fill="none" '
+        'stroke="#ffffff" stroke-width="2.5" stroke-dasharray="5 4"/>'
+    )
+    f.wire([(508, y), (518, y)])
+    f.wire([(604, y), (614, y)])
+    f.wire([(710, y), (734, y)])
+    f.box(784, y, 96, 48, "flatten,\nlinear $W_h$", size=13)
+    f.wire([(784, y + 24), (784, y + 60)], colour="ink")
+    f.text(784, y + 80, "$\\yhat$, $H = 52$ weeks", size=14)
+    f.text(784, y + 100, "(RevIN undone)", size=13, cls="note")
+    # the covariates
+    yc = 300
+    f.text(
+        30, 238, "covariates $u$ over history and horizon, $L + H = 208$", size=13, anchor="start"
+    )
+    _series(f, 30, 297, yc, seed_phase=1.3, colour=GREY)
+    ox = 30 + 267 * 156 / 208
+    f.raw(
+        f'<path d="M{_fmt(ox)},{yc - 34} V{yc + 30}" stroke="{INK}" stroke-width="1" '
+        'stroke-dasharray="3 3"/>'
+    )
+    f.text(ox, yc + 46, "origin $t$", size=12, cls="note")
+    f.text(ox + 36, yc - 38, "horizon", size=12, cls="note")
+    f.wire([(304, yc), (334, yc)])
+    f.box(388, yc, 104, 40, "patch, embed,\n+ position", size=12)
+    f.wire([(440, yc), (466, yc)], colour="k")
+    f.text(472, yc + 5, "$M$", size=16, anchor="start")
+    f.shape(472, yc + 26, "[25, D]", anchor="start")
+    f.wire([(506, yc), (562, yc), (562, y + 32)], colour="k")
+    f.text(570, yc - 40, "$K, V$ (10.5)", size=14, fill="k", anchor="start")
+    f.text(
+        440,
+        404,
+        "in the chapter's comparison, the cross-attention sub-layer (dashed) is the variant "
+        "with covariates",
+        size=13,
+        cls="note",
+    )
+    return f
+
+
+@figure
+def gpt_lora() -> Svg:
+    f = Svg(
+        "gpt_lora",
+        860,
+        470,
+        "LoRA adapters beside W_q and W_v in a GPT block",
+        "Left: a pre-norm GPT block, bottom to top: layer norm, the projections W_q, W_k and "
+        "W_v, causal self-attention, the output projection W_O and a residual sum, then a "
+        "layer norm, the feed-forward layers W_1 and W_2 and a second residual sum. Every "
+        "pretrained weight is frozen (grey). Beside W_q and W_v, as in the main experiments "
+        "of the LoRA paper, a trainable low-rank branch BA adds its output to the frozen "
+        "layer's. Right: one LoRA layer, y = W x + b + (alpha / r) B A x, with A of shape "
+        "r by d_in, B of shape d_out by r and B zero at the start, so that training starts "
+        "from the pretrained model; after training BA can be merged into W.",
+    )
+    x = 210
+    f.text(x, 458, "$x$  from the block below", size=14)
+    f.wire([(x, 444), (x, 420)], head=False)
+    f.dot(x, 420)
+    f.wire([(x, 420), (58, 420), (58, 188), (x - 10, 188)])
+    f.wire([(x, 420), (x, 406)])
+    f.box(x, 393, 56, 26, "LN", cls="norm", size=14)
+    f.wire([(x, 380), (x, 364)], head=False)
+    f.raw(f'<path d="M90,364 H330" stroke="{INK}" stroke-width="1.6"/>')
+    f.dot(x, 364)
+    cols = (("q", "$W_q$", 102, True), ("k", "$W_k$", 210, False), ("v", "$W_v$", 290, True))
+    for role, label, cx, lora in cols:
+        f.wire([(cx, 364), (cx, 349)])
+        f.box(cx, 334, 50, 30, label, cls="frozen", stroke=role, size=14)
+        top = 319
+        if lora:
+            f.wire([(cx + 44, 364), (cx + 44, 349)])
+            f.box(cx + 44, 334, 34, 30, "$BA$", cls="lora", size=13)
+            f.wire([(cx + 44, 319), (cx + 44, 300), (cx + 10, 300)], colour="grey")
+            f.wire([(cx, 319), (cx, 310)], head=False, colour=role)
+            f.op(cx, 300, "+", colour=role)
+            top = 290
+        f.wire([(cx, top), (cx, 258)], colour=role)
+        f.text(
+            cx - 8,
+            276,
+            {"q": "$Q$", "k": "$K$", "v": "$V$"}[role],
+            size=14,
+            anchor="end",
+            fill=role,
+        )
+    f.pill(x, 244, 270, "causal self-attention (Ch. 3, 11)", size=13, h=28)
+    f.wire([(x, 230), (x, 216)], colour="c")
+    f.box(x, 203, 50, 26, "$W_O$", cls="frozen", size=14)
+    f.wire([(x, 190), (x, 188)], head=False, colour="c")
+    f.op(x, 178, "+")
+    f.wire([(x, 168), (x, 160)], head=False)
+    f.dot(x, 160)
+    f.wire([(x, 160), (58, 160), (58, 52), (x - 10, 52)])
+    f.wire([(x, 160), (x, 146)])
+    f.box(x, 133, 56, 26, "LN", cls="norm", size=14)
+    f.wire([(x, 120), (x, 108)])
+    f.box(x, 92, 150, 32, "$W_1$, GELU, $W_2$", cls="frozen", size=14)
+    f.wire([(x, 76), (x, 64)])
+    f.op(x, 52, "+")
+    f.wire([(x, 42), (x, 18)])
+    f.text(x + 10, 24, "to the next block", size=13, cls="note", anchor="start")
+    f.text(335, 203, "grey: frozen", size=13, cls="note", anchor="start")
+    f.text(335, 92, "pre-norm GPT block", size=13, cls="note", anchor="start")
+    f.text(335, 110, "(Ch. 4, 11)", size=13, cls="note", anchor="start")
+    # one LoRA layer
+    f.rect(470, 120, 376, 300, "frame", rx=12)
+    f.text(658, 146, "one LoRA layer (11.4)", weight="bold", size=14)
+    y0, ya = 200, 304
+    f.text(490, 268, "$x$", size=16)
+    f.wire([(502, 262), (530, 262)], head=False)
+    f.dot(530, 262)
+    f.wire([(530, 262), (530, y0), (588, y0)])
+    f.box(630, y0, 80, 34, "$W$, $b$", cls="frozen", size=14)
+    f.text(630, y0 + 34, "frozen, $d_{out} \\times d_{in}$", size=12, cls="note")
+    f.wire([(530, 262), (530, ya), (566, ya)])
+    f.box(596, ya, 56, 32, "$A$", cls="lora", size=14)
+    f.text(596, ya + 32, "$r \\times d_{in}$", size=12, cls="note")
+    f.wire([(624, ya), (656, ya)])
+    f.box(686, ya, 56, 32, "$B$", cls="lora", size=14)
+    f.text(686, ya + 32, "$d_{out} \\times r$", size=12, cls="note")
+    f.text(686, ya + 50, "$B_0 = 0$", size=12, cls="note")
+    f.wire([(714, ya), (740, ya)])
+    f.pill(772, ya, 58, "$\\alpha / r$", size=14)
+    f.wire([(772, ya - 15), (772, y0 + 12)])
+    f.wire([(670, y0), (760, y0)])
+    f.op(772, y0, "+")
+    f.wire([(784, y0), (830, y0)])
+    f.text(826, y0 - 10, "$y$", size=16, anchor="end")
+    f.text(658, 388, "trainable: $r\\,(d_{in} + d_{out})$ numbers per layer;", size=12, cls="note")
+    f.text(658, 406, "after training, $BA$ can be merged into $W$", size=12, cls="note")
+    return f
+
+
+@figure
+def bert_inputs_mlm() -> Svg:
+    f = Svg(
+        "bert_inputs_mlm",
+        860,
+        470,
+        "BERT's input embeddings and the masked-language-model recipe",
+        "Top: the input [CLS] my lord [SEP] good night [SEP], two segments. Each token's "
+        "input vector is the sum of its token embedding E[w_t], its segment embedding S[s_t] "
+        "(segment 0 up to and including the first [SEP], 1 after it) and its position "
+        "embedding P[t], followed by a layer norm (12.3). Bottom: the masking recipe (12.1): "
+        "15% of the tokens that are not special are selected as targets; a selected token "
+        "is replaced by [MASK] with probability 0.8, by a random token with probability "
+        "0.1, and left unchanged with probability 0.1; the loss is computed at the selected "
+        "positions only.",
+    )
+    tokens = ["[CLS]", "my", "lord", "[SEP]", "good", "night", "[SEP]"]
+    segments = [0, 0, 0, 0, 1, 1, 1]
+    x0, step, w = 210, 90, 80
+    rows = (
+        ("input", 44),
+        ("token $E[w_t]$", 94),
+        ("segment $S[s_t]$", 144),
+        ("position $P[t]$", 194),
+    )
+    for label, y in rows:
+        f.text(20, y + 5, label, size=14, anchor="start")
+    for t, (tok, s) in enumerate(zip(tokens, segments, strict=True)):
+        cx = x0 + t * step
+        _tokens(f, cx - w / 2, 44, [tok], w=w, size=13, cls="op")
+        f.box(cx, 94, w, 30, "", size=13)
+        f.items.append(
+            f'<text x="{_fmt(cx)}" y="99" text-anchor="middle" class="m" '
+            f'style="font-size: 15.4px"><tspan font-style="italic">E</tspan>'
+            f'<tspan font-size="11" dy="4.6" style="font-family: {MONO}">{_esc(tok)}</tspan></text>'
+        )
+        f.box(cx, 144, w, 30, f"$S_{s}$", size=14)
+        f.box(cx, 194, w, 30, f"$P_{t}$", cls="pos", size=14)
+        for y in (119, 169):
+            f.text(cx, y + 5, "+", size=14)
+    f.text(x0 + 3 * step, 232, "segment 0 up to the first [SEP], then 1", size=12, cls="note")
+    f.text(
+        430,
+        262,
+        "$x_t = \\rm{LN}(E[w_t] + P[t] + S[s_t])$ (12.3), then encoder blocks without a mask",
+        size=14,
+    )
+    # the masking recipe
+    f.raw('<path d="M20,284 H840" stroke="#dddddd" stroke-width="1"/>')
+    f.text(20, 310, "masked-language-model targets (12.1)", weight="bold", anchor="start", size=14)
+    words = ["the", "lady", "doth", "protest", "too", "much"]
+    centres = _tokens(f, 20, 370, words, size=13)
+    sel = centres[3]
+    f.box(sel, 370, _token_width("protest", 13) + 6, 32, "", cls="group", rx=6)
+    f.text(sel, 404, "selected: 15% of the", size=12, cls="note")
+    f.text(sel, 420, "non-special tokens", size=12, cls="note")
+    f.wire([(334, 370), (420, 370)], head=False, colour="c")
+    f.dot(420, 370, "c")
+    f.text(376, 346, "a selected", size=12, cls="note")
+    f.text(376, 361, "token becomes", size=12, cls="note")
+    outcomes = (
+        (326, "[MASK]", "80%"),
+        (370, "sword", "10%, a random token"),
+        (414, "protest", "10%, unchanged"),
+    )
+    for y, tok, share in outcomes:
+        f.wire([(420, 370), (450, y), (500, y)], colour="c")
+        _tokens(f, 502, y, [tok], size=13, cls="attn")
+        f.text(502 + _token_width(tok, 13) + 10, y + 5, share, size=13, anchor="start")
+    f.text(
+        430,
+        456,
+        "the model reads the altered text and must predict the original token at each "
+        "selected position; the loss ignores every other position",
+        size=12,
+        cls="note",
+    )
+    return f
+
+
+DIGIT = [
+    "00111100",
+    "01100110",
+    "11000011",
+    "10000001",
+    "10000001",
+    "11000011",
+    "01100110",
+    "00111100",
+]
+
+
+def _pixels(f: Svg, x0, y0, rows, cell) -> None:
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            fill = "#444444" if v == "1" else "#ffffff"
+            f.raw(
+                f'<rect x="{_fmt(x0 + j * cell)}" y="{_fmt(y0 + i * cell)}" width="{cell}" '
+                f'height="{cell}" fill="{fill}" stroke="#bbbbbb" stroke-width="0.5"/>'
+            )
+
+
+@figure
+def vit_embedding() -> Svg:
+    f = Svg(
+        "vit_embedding",
+        860,
+        424,
+        "The Vision Transformer's input: patches, the class token and the position table",
+        "An 8 by 8 grey image is cut into 16 patches of 2 by 2 pixels, numbered row by row. "
+        "Each patch, flattened to C P^2 = 4 numbers, is multiplied by the same learned "
+        "matrix E. A learned class token x_cls is put in front, and a learned position "
+        "embedding, one row of E_pos per position 0 to 16, is added to every token (13.1). "
+        "The 17 vectors go through L pre-norm encoder blocks; a layer norm and a linear "
+        "head on the class token's final state give the class scores (13.4).",
+    )
+    cell = 14
+    f.raw('<g transform="translate(0,-56)">')
+    _pixels(f, 30, 344, DIGIT, cell)
+    for k in (2, 4, 6):
+        f.raw(
+            f'<path d="M{30 + k * cell},344 v112 M30,{344 + k * cell} h112" stroke="{QUERY}" '
+            'stroke-width="1.5"/>'
+        )
+    f.text(86, 330, "image, 8 \u00d7 8, $P = 2$", size=13)
+    f.text(86, 474, "16 patches, row by row", size=12, cls="note")
+    cols = [(340, 1), (420, 2), (500, 3), (640, 16)]
+    f.wire([(150, 400), (300, 400)], colour="grey")
+    f.text(225, 390, "flatten", size=12, cls="note")
+    f.text(225, 420, "$C P^2 = 4$ numbers", size=12, cls="note")
+    ycls, yplus, yenc = 350, 290, 226
+    for x, n in cols:
+        r, c = divmod(n - 1, 4)
+        rows = [DIGIT[2 * r + i][2 * c : 2 * c + 2] for i in range(2)]
+        _pixels(f, x - 14, 386, rows, cell)
+        f.text(x + 28, 404, f"$x_p^{{{n}}}$", size=13, anchor="start")
+        f.wire([(x, 384), (x, ycls + 14)])
+        f.box(x, ycls, 40, 26, "$E$", size=14)
+    f.text(570, 404, "\u22ef", size=18)
+    f.text(570, ycls + 5, "\u22ef", size=18)
+    f.text(730, ycls + 5, "one $E$ for all patches", size=12, cls="note", anchor="start")
+    f.text(730, ycls + 21, "$[C P^2, D]$", size=12, cls="note", anchor="start")
+    f.box(250, ycls, 54, 30, "$x_{\\rm{cls}}$", cls="lora", size=14)
+    f.text(218, ycls + 5, "learned", size=12, cls="note", anchor="end")
+    for x, n in [(250, 0), *cols]:
+        f.wire([(x, ycls - 13), (x, yplus + 10)])
+        f.op(x, yplus, "+", colour="p")
+        f.box(x - 36, yplus, 30, 24, str(n), cls="pos", size=13)
+        f.wire([(x - 21, yplus), (x - 12, yplus)], colour="p", head=False)
+        f.wire([(x, yplus - 10), (x, yenc + 24)])
+    f.text(570, yplus + 5, "\u22ef", size=18)
+    f.text(730, yplus - 2, "$E_{\\rm{pos}}$: a learned row", size=12, cls="note", anchor="start")
+    f.text(730, yplus + 14, "per position, 0 to 16", size=12, cls="note", anchor="start")
+    f.box(445, yenc, 470, 48, "$L$ pre-norm encoder blocks (13.2)-(13.3)", cls="attn", size=14)
+    f.text(690, yenc + 36, "$z_0$: 17 tokens (13.1)", size=12, cls="note", anchor="start")
+    f.wire([(250, yenc - 24), (250, 176)], colour="c")
+    f.text(258, 192, "$z_L^0$", size=14, anchor="start")
+    f.box(250, 160, 120, 30, "LN, $W_{\\rm{head}}$", size=14)
+    f.wire([(250, 145), (250, 110)])
+    f.text(250, 96, "class scores $y$ (13.4)", size=14)
+    for x, _ in cols:
+        f.wire([(x, yenc - 24), (x, 180)], colour="grey", head=False, dash=True)
+    f.text(500, 168, "the patches' final states: not used by the head", size=12, cls="note")
+    f.raw("</g>")
+    return f
+
+
+GAT_WEIGHTS = {"1": 0.35, "2": 0.25, "3": 0.15, "4": 0.10, "i": 0.15}
+GAT_LABELS = {"1": (112, 172), "2": (290, 172), "3": (284, 250), "4": (116, 250)}
+
+
+@figure
+def gat_neighbourhood() -> Svg:
+    f = Svg(
+        "gat_neighbourhood",
+        860,
+        400,
+        "Graph attention over one node's neighbourhood",
+        "Left: node i, its four neighbours j = 1 to 4 and its self-loop. Each edge into i "
+        "carries an attention weight alpha_ij, drawn as the line's width; the example "
+        "weights 0.35, 0.25, 0.15, 0.10 and 0.15 for the self-loop sum to 1. Right: the "
+        "computation: a score e_ij = LeakyReLU(a_dst^T W x_i + a_src^T W x_j) for every "
+        "edge (14.2), a softmax over the neighbourhood including i itself (14.3), and "
+        "the new vector h_i = sigma(sum_j alpha_ij W x_j) (14.4). With K heads, a hidden "
+        "layer concatenates the heads' outputs and the output layer averages them.",
+    )
+    ci = (200, 215)
+    nbrs = {"1": (70, 95), "2": (340, 90), "3": (345, 330), "4": (60, 325)}
+    for j, (x, y) in nbrs.items():
+        a = GAT_WEIGHTS[j]
+        dx, dy = ci[0] - x, ci[1] - y
+        norm = math.hypot(dx, dy)
+        start = (x + 24 * dx / norm, y + 24 * dy / norm)
+        end = (ci[0] - 28 * dx / norm, ci[1] - 28 * dy / norm)
+        f.wire([start, end], colour="c", head=False, width=1 + 14 * a)
+        lx, ly = GAT_LABELS[j]
+        f.text(
+            lx,
+            ly,
+            f"$\\alpha_{{i{j}}} = {a:.2f}$",
+            size=13,
+            fill="c",
+            anchor="start" if lx > ci[0] else "end",
+        )
+    # the self-loop
+    loop = (
+        f"M{ci[0] - 12},{ci[1] - 25} C{ci[0] - 40},{ci[1] - 95} {ci[0] + 40},{ci[1] - 95} "
+        f"{ci[0] + 12},{ci[1] - 25}"
+    )
+    f.raw(
+        f'<path d="{loop}" class="wire" stroke="{CONTEXT}" '
+        f'style="stroke-width: {_fmt(1 + 14 * GAT_WEIGHTS["i"])}"/>'
+    )
+    f.text(ci[0], ci[1] - 92, f"$\\alpha_{{ii}} = {GAT_WEIGHTS['i']:.2f}$", size=13, fill="c")
+    for j, (x, y) in nbrs.items():
+        f.raw(
+            f'<circle cx="{x}" cy="{y}" r="22" fill="#ffffff" stroke="{INK}" stroke-width="1.5"/>'
+        )
+        f.text(x, y + 6, f"$j={j}$", size=13)
+    f.raw(
+        f'<circle cx="{ci[0]}" cy="{ci[1]}" r="26" fill="#fcebd0" stroke="#b57d00" '
+        'stroke-width="1.8"/>'
+    )
+    f.text(ci[0], ci[1] + 6, "$i$", size=16)
+    f.text(200, 388, "weights into $i$ sum to 1, self-loop included", size=12, cls="note")
+    # the computation
+    x0 = 430
+    f.rect(x0, 24, 414, 352, "frame", rx=12)
+    steps = (
+        (
+            "score every edge into $i$ (14.2)",
+            "$e_{ij} = \\rm{LeakyReLU}(a_{\\rm{dst}}^\\top W x_i + a_{\\rm{src}}^\\top W x_j)$",
+        ),
+        (
+            "softmax over $\\tilde N(i) = N(i) \\cup \\{i\\}$ (14.3)",
+            "$\\alpha_{ij} = \\exp e_{ij} \\,/\\, \\sum_{k \\in \\tilde N(i)} \\exp e_{ik}$",
+        ),
+        (
+            "weighted sum of the neighbours (14.4)",
+            "$h_i = \\sigma(\\sum_{j \\in \\tilde N(i)} \\alpha_{ij}\\, W x_j)$",
+        ),
+    )
+    for n, (title, formula) in enumerate(steps):
+        y = 62 + n * 88
+        f.text(x0 + 20, y, f"{n + 1}. {title}", size=13, anchor="start", weight="bold")
+        f.text(x0 + 36, y + 30, formula, size=14, anchor="start")
+        if n < 2:
+            f.wire([(x0 + 200, y + 44), (x0 + 200, y + 64)], colour="grey")
+    f.text(
+        x0 + 20,
+        316,
+        "$K$ heads: $K$ copies of $(W, a)$ side by side;",
+        size=13,
+        anchor="start",
+        cls="note",
+    )
+    f.text(
+        x0 + 20,
+        336,
+        "a hidden layer concatenates their outputs,",
+        size=13,
+        anchor="start",
+        cls="note",
+    )
+    f.text(x0 + 20, 356, "the output layer averages them", size=13, anchor="start", cls="note")
     return f
 
 
