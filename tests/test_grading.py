@@ -478,8 +478,9 @@ def test_csv_columns_and_printed_summary(broken):
     assert header[:5] == ["submission", "assignment", "score", "max_score", "status"]
     spec = registry.load_assignment(LSTM)
     visible = [t.id for t in spec.tests]
-    assert [h for h in header[5:-2] if "[hidden]" not in h] == visible
-    assert any("[hidden]" in h for h in header) and header[-2:] == ["reason", "flags"]
+    assert [h for h in header[5:-3] if "[hidden]" not in h] == visible
+    assert any("[hidden]" in h for h in header)
+    assert header[-3:] == ["stopped_by", "reason", "flags"]
     out = proc.stdout
     assert f"Graded {len(expected)} submissions" in out
     assert "Mean score:" in out and "Failures by reason:" in out
