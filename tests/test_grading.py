@@ -290,7 +290,10 @@ def test_checker_uses_the_callers_namespace_and_is_silent_when_grading(capsys, m
     assert capsys.readouterr().out == ""
 
 
-def test_code_cells_neutralise_shell_lines_and_blank_check_calls():
+@pytest.mark.parametrize("ipython", [True, False], ids=["ipython", "without-ipython"])
+def test_code_cells_neutralise_shell_lines_and_blank_check_calls(ipython, monkeypatch):
+    if not ipython:  # a grader installed without Jupyter (issue 29: every solution failed)
+        monkeypatch.setitem(sys.modules, "IPython.core.inputtransformer2", None)
     nb = {
         "cells": [
             {"cell_type": "code", "source": '%pip install x\n!ls\nfiles = !ls\ncheck("q1")\ny = 2'},
@@ -304,6 +307,10 @@ def test_code_cells_neutralise_shell_lines_and_blank_check_calls():
     assert lines[0] == "get_ipython().run_line_magic('pip', 'install x')"
     assert lines[3] == "pass" and lines[4] == "y = 2"  # line numbers kept
     assert second.source.startswith("get_ipython().run_cell_magic('bash'")
+    assert lines[1] == "get_ipython().system('ls')"
+    assert lines[2] == "files = get_ipython().getoutput('ls')"
+    for cell in (first, second):
+        compile(cell.source, "<cell>", "exec")
 
 
 # -- batch grading of broken submissions ----------------------------------------------------
