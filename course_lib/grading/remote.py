@@ -331,8 +331,9 @@ def _cell_event(header: dict) -> dict:
     raise wire.ProtocolError("unexpected message while the cells ran")
 
 
-class Session:
-    """One student process, its cells run, answering the tests' calls (see the module docstring)."""
+class _StudentProcess:
+    """The life of one student process: started in its sandbox and control group, its cells
+    run, then killed once, with what ended it (:class:`Session` adds the requests)."""
 
     def __init__(
         self,
@@ -365,8 +366,6 @@ class Session:
         self.group: cgroup.Group | None = None  # its control group, where the machine allows
         self.usage = cgroup.Usage()  # CPU time, wall time and memory of the process tree
         self._started = 0.0
-
-    # -- life ---------------------------------------------------------------------------------
 
     def start(self) -> tuple[list[dict], str | None, str | None]:
         """Start the process and run the cells: (events, failure kind, failure reason).
@@ -519,7 +518,9 @@ class Session:
                 pass
         self.kill("gone", "the session was closed")
 
-    # -- requests -------------------------------------------------------------------------------
+
+class Session(_StudentProcess):
+    """One student process, its cells run, answering the tests' calls (see the module docstring)."""
 
     def _check(self) -> None:
         if self.dead is not None:
