@@ -103,26 +103,51 @@ def _writable_parent(folder: Path) -> bool:
         return False
 
 
+ENV_PARENT = "COURSE_GRADING_CGROUP_V2"  # the v2 parent the batch prepared, for its judges
+
+
 def _v2_parent(mount: str, path: str) -> str | None:
-    """A folder under which children get the memory and cpu controllers, or None."""
+    """A folder under which children get the memory and cpu controllers, or None.
+
+    In cgroup v2 a group that holds processes cannot hand controllers to its
+    children. Where this process's group holds only this process (a
+    delegated scope: ``systemd-run --user --scope -p Delegate=yes``), it moves
+    into a leaf of its own, ``course-grading-<pid>/grader``, enables the
+    controllers above it, and the submissions' groups become its siblings.
+    The judges, started later, find the parent in ``COURSE_GRADING_CGROUP_V2``.
+    """
+    inherited = os.environ.get(ENV_PARENT)
+    if inherited and os.path.isdir(inherited):
+        return inherited
     base = Path(mount + path)
     parent = base / f"course-grading-{os.getpid()}"
     try:
         have = set((base / "cgroup.controllers").read_text().split())
         if not {"memory", "cpu"} <= have:
             return None
-        wanted = [c for c in ("memory", "cpu", "pids") if c in have]
-        enabled = set((base / "cgroup.subtree_control").read_text().split())
-        if not set(wanted) <= enabled:  # refused where ``base`` holds processes itself
-            (base / "cgroup.subtree_control").write_text(" ".join("+" + c for c in wanted))
+        wanted = " ".join("+" + c for c in ("memory", "cpu", "pids") if c in have)
         parent.mkdir(exist_ok=True)
-        (parent / "cgroup.subtree_control").write_text(" ".join("+" + c for c in wanted))
+        if (base / "cgroup.procs").read_text().split() == [str(os.getpid())]:
+            (parent / "grader").mkdir(exist_ok=True)
+            (parent / "grader" / "cgroup.procs").write_text("0")
+            atexit.register(_leave, base, parent)
+        (base / "cgroup.subtree_control").write_text(wanted)  # refused where base holds others
+        (parent / "cgroup.subtree_control").write_text(wanted)
     except OSError:
-        with contextlib.suppress(OSError):
-            parent.rmdir()
+        _leave(base, parent)
         return None
     atexit.register(_rmdir, parent)
+    os.environ[ENV_PARENT] = str(parent)
     return str(parent)
+
+
+def _leave(base: Path, parent: Path) -> None:
+    """Move back to ``base`` (if this process moved) and delete the folders made here."""
+    with contextlib.suppress(OSError):
+        if str(os.getpid()) in (parent / "grader" / "cgroup.procs").read_text().split():
+            (base / "cgroup.procs").write_text("0")
+    for folder in (parent / "grader", parent):
+        _rmdir(folder)
 
 
 def _rmdir(folder: Path) -> None:

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.grading import cgroup
 from course_lib.grading.cgroup import check_memory_limit
 from course_lib.grading.flags import flag_cells
 from course_lib.grading.judge import MAX_RESTARTS, Job
@@ -467,6 +468,7 @@ def grade_batch(
         require_bwrap()
     if memory_mb:
         check_memory_limit(memory_mb, _judge_env())
+    cgroup.support()  # before the judges start: they share what it prepares (cgroup v2)
     book = _load_assignments(assignment, hidden_dir)
     shown = sorted({os.path.normpath(str(p)) for p in submissions})
     jobs = max(1, jobs or os.cpu_count() or 1)
@@ -734,6 +736,11 @@ def run_cli(args: argparse.Namespace) -> int:
     print(summary(rows, time.perf_counter() - start))
     for line in notes:
         print(line)
+    how = next((r.usage["limits"] for r in rows if r.usage.get("limits")), None)
+    if how:
+        cpus = f", {args.cpus:g} core{'s' * (args.cpus != 1)}" if args.cpus else ""
+        memory = f"{args.memory_mb} MB" if args.memory_mb else "no memory limit"
+        print(f"Limits per submission: {memory}{cpus}; enforced by {how}.")
     print(f"Gradebook: {args.csv}" + (f"; feedback in {args.feedback}/" if args.feedback else ""))
     if args.no_sandbox:
         print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
