@@ -55,8 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=2048,
         help="memory per submission in MB, 0 for none (default 2048): resident memory of its "
-        "processes where the machine has control groups (root, or a delegated cgroup), else "
-        "writable memory per process; never address space (a CUDA torch maps GBs)",
+        "processes where the machine has control groups (root, or a delegated cgroup), and "
+        "writable memory per process everywhere; never address space (a CUDA torch maps GBs)",
     )
     p.add_argument(
         "--cpus",

@@ -74,7 +74,8 @@ class Limits:
     """Resource limits of one student process (and every process it starts).
 
     ``memory_mb``: resident memory of the whole tree where control groups are
-    available, else writable private memory per process (``RLIMIT_DATA``);
+    available, and everywhere writable private memory per process
+    (``RLIMIT_DATA``, see :func:`course_lib.grading.student._set_limits`);
     ``cpus``: cores the tree may use at once (control groups only);
     ``nice``: added to the student process's niceness, everywhere.
     """
