@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from course_lib.grading.late import LatePolicy
@@ -52,7 +52,8 @@ class ClassRow:
 
 
 def _latest(paths: list[str], times: dict[str, datetime]) -> tuple[str, list[str]]:
-    ordered = sorted(paths, key=lambda p: (times.get(p) or datetime.min.astimezone(), p))
+    never = datetime.min.replace(tzinfo=timezone.utc)
+    ordered = sorted(paths, key=lambda p: (times.get(p) or never, p))
     return ordered[-1], ordered[:-1]
 
 

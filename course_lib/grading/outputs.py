@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 
 from course_lib.grading import gradebook, late, overrides, roster
 from course_lib.grading.grade import _columns, read_notebook_quietly, write_csv, write_feedback
@@ -59,6 +60,10 @@ def build_class_rows(args: argparse.Namespace, rows: list) -> list[gradebook.Cla
     )
 
 
+def crows_overrides(args: argparse.Namespace) -> list[overrides.Override]:
+    return overrides.read_overrides(args.overrides) if args.overrides else []
+
+
 def _feedback_extra(crows: list[gradebook.ClassRow]) -> dict[str, list[str]]:
     extra = {}
     for c in crows:
@@ -94,6 +99,14 @@ def write_outputs(args: argparse.Namespace, rows: list) -> list[str]:
                 notes.append(f"{c.row.submission}: {c.note}")
         if unmatched:
             notes.append(f"Unmatched files ({len(unmatched)}) have rows of their own.")
+        known = {c.student.id for c in crows if c.student} | {
+            Path(c.row.submission).name for c in crows if c.row is not None
+        }
+        unused = sorted({o.student for o in crows_overrides(args) if o.student not in known})
+        if unused:
+            notes.append(
+                f"Overrides for no student of this batch (check the ids): {', '.join(unused)}"
+            )
     else:
         write_csv(rows, args.csv)
     if args.feedback:

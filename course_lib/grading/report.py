@@ -1,7 +1,8 @@
 """The class report: one self-contained HTML page an instructor looks at.
 
-Four things, each a figure or a table: the distribution of final scores, the
-pass rate of every test, the count of each status, and the submissions
+Four things, each a figure or a table: the distribution of final scores (a
+row per student, and per unmatched file), the pass rate of every test (after
+the instructor's adjustments), the count of each status, and the submissions
 flagged for a look (with why). Figures are drawn with matplotlib and embedded
 as PNG (base64 ``data:`` URLs), each with alt text saying what it shows; the
 page loads nothing from the network.
@@ -38,7 +39,8 @@ def _figures(crows: list) -> list[tuple[str, str]]:
     pct = [100 * c.final / c.max_score for c in crows if c.max_score]
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.hist(pct, bins=[i * 10 for i in range(11)], color="#4c72b0", edgecolor="white")
-    ax.set(xlabel="final score (% of the maximum)", ylabel="students", title="Final scores")
+    ax.set(xlabel="final score (% of the maximum)", ylabel="rows", title="Final scores")
+    ax.yaxis.get_major_locator().set_params(integer=True)
     mean = sum(pct) / len(pct) if pct else 0.0
     out.append(
         (
@@ -72,6 +74,7 @@ def _figures(crows: list) -> list[tuple[str, str]]:
     ax.set_yticks(range(len(names)), names)
     ax.invert_yaxis()
     ax.set(xlabel="rows", title="Statuses")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     alt = "Bar chart of statuses: " + ", ".join(f"{s} {statuses[s]}" for s in names) + "."
     out.append((_png(fig), alt))
     return out
