@@ -184,6 +184,7 @@ def test_a_submission_forking_spinners_gets_no_more_than_its_cpu_share(tmp_path)
     honest, hostile = rows["honest.ipynb"], rows["spinners.ipynb"]
     assert honest.status == "ok" and honest.score == honest.max_score, honest.reason
     used, wall = hostile.usage["cpu_seconds"], hostile.usage["wall_seconds"]
+    print(f"spinners: {used} CPU s in {wall} s at a {share} core share")  # the report's numbers
     # The kernel's quota: at most `share` of a core over the group's life, plus one period.
     # Unbounded, six spinners take both cores of an idle 2-core machine: 8 CPU seconds in 4 s.
     assert used is not None and wall >= 4, hostile.usage
