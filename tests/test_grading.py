@@ -290,7 +290,10 @@ def test_checker_uses_the_callers_namespace_and_is_silent_when_grading(capsys, m
     assert capsys.readouterr().out == ""
 
 
-def test_code_cells_neutralise_shell_lines_and_blank_check_calls():
+@pytest.mark.parametrize("ipython", [True, False], ids=["ipython", "without-ipython"])
+def test_code_cells_neutralise_shell_lines_and_blank_check_calls(ipython, monkeypatch):
+    if not ipython:  # a grader installed without Jupyter (issue 29: every solution failed)
+        monkeypatch.setitem(sys.modules, "IPython.core.inputtransformer2", None)
     nb = {
         "cells": [
             {"cell_type": "code", "source": '%pip install x\n!ls\nfiles = !ls\ncheck("q1")\ny = 2'},
@@ -304,6 +307,10 @@ def test_code_cells_neutralise_shell_lines_and_blank_check_calls():
     assert lines[0] == "get_ipython().run_line_magic('pip', 'install x')"
     assert lines[3] == "pass" and lines[4] == "y = 2"  # line numbers kept
     assert second.source.startswith("get_ipython().run_cell_magic('bash'")
+    assert lines[1] == "get_ipython().system('ls')"
+    assert lines[2] == "files = get_ipython().getoutput('ls')"
+    for cell in (first, second):
+        compile(cell.source, "<cell>", "exec")
 
 
 # -- batch grading of broken submissions ----------------------------------------------------
@@ -478,8 +485,9 @@ def test_csv_columns_and_printed_summary(broken):
     assert header[:5] == ["submission", "assignment", "score", "max_score", "status"]
     spec = registry.load_assignment(LSTM)
     visible = [t.id for t in spec.tests]
-    assert [h for h in header[5:-2] if "[hidden]" not in h] == visible
-    assert any("[hidden]" in h for h in header) and header[-2:] == ["reason", "flags"]
+    assert [h for h in header[5:-3] if "[hidden]" not in h] == visible
+    assert any("[hidden]" in h for h in header)
+    assert header[-3:] == ["stopped_by", "reason", "flags"]
     out = proc.stdout
     assert f"Graded {len(expected)} submissions" in out
     assert "Mean score:" in out and "Failures by reason:" in out

@@ -1,11 +1,12 @@
-"""Command line: ``python -m course_lib.grading sync [--check]`` and ``... grade SUB.ipynb ...``."""
+"""Command line: ``python -m course_lib.grading sync [--check]``, ``... grade SUB.ipynb ...``,
+``... gradebook CLASS.csv ... --out course.csv`` and ``... gradescope --assignment ID``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from course_lib.grading import grade, sync
+from course_lib.grading import grade, outputs, sync
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,8 +54,16 @@ def _parser() -> argparse.ArgumentParser:
         "--memory-mb",
         type=int,
         default=2048,
-        help="address-space limit per submission in MB, 0 for none (default 2048; "
-        "PyTorch alone takes about 700)",
+        help="memory per submission in MB, 0 for none (default 2048): resident memory of its "
+        "processes where the machine has control groups (root, or a delegated cgroup), and "
+        "writable memory per process everywhere; never address space (a CUDA torch maps GBs)",
+    )
+    p.add_argument(
+        "--cpus",
+        type=float,
+        default=1.0,
+        help="cores one submission may use at once, 0 for no quota (default 1; needs control "
+        "groups; its processes are niced everywhere)",
     )
     p.add_argument(
         "--jobs",
@@ -63,7 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         help="submissions graded at once (default: the number of CPU cores)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress line per submission")
+    outputs.add_class_options(p)
     p.set_defaults(run=grade.run_cli)
+    outputs.add_gradebook_command(sub)
+    outputs.add_gradescope_command(sub)
     return parser
 
 

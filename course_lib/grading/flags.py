@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from course_lib.grading.notebook import CodeCell, cell_source
 
@@ -201,90 +201,101 @@ def _root_name(node: ast.AST) -> str | None:
 
 
 def _scan(source: str, found: dict[str, set[int]], number: int) -> None:
-    def add(flag: str) -> None:
-        found.setdefault(flag, set()).add(number)
-
+    """Add ``number`` (a code cell) under each flag its ``source`` raises."""
+    flags = set()
     if (
         "get_ipython().system" in source
         or "run_cell_magic('bash'" in source
         or ("run_cell_magic('sh'" in source or "run_cell_magic('script'" in source)
     ):
-        add("shell")
+        flags.add("shell")
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        for pattern, flag in _STRINGS:
-            if pattern.search(source):
-                add(flag)
+        flags.update(flag for pattern, flag in _STRINGS if pattern.search(source))
         for word, flag in (("_getframe", "frames"), ("fork", "processes"), ("socket", "network")):
             if word in source:
-                add(flag)
+                flags.add(flag)
+    else:
+        for node in ast.walk(tree):
+            flags.update(_node_flags(node))
+    for flag in flags:
+        found.setdefault(flag, set()).add(number)
+
+
+def _node_flags(node: ast.AST) -> Iterator[str]:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield from _import_flags(node)
+    elif isinstance(node, ast.Attribute):
+        yield from _attribute_flags(node)
+    elif isinstance(node, ast.Name):
+        if node.id in _NAMES:
+            yield _NAMES[node.id]
+        if node.id in _GRADING_NAMES:
+            yield "grader-internals"
+    elif isinstance(node, ast.Call):
+        yield from _call_flags(node)
+    elif isinstance(node, ast.ClassDef) and _comparison_subclass(node):
+        yield "patching"
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        yield from (flag for pattern, flag in _STRINGS if pattern.search(node.value))
+
+
+def _import_flags(node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+    names = [a.name for a in node.names]
+    modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else names
+    for module in modules:
+        top = module.split(".")[0]
+        if top in _MODULES:
+            yield _MODULES[top]
+        if module.startswith("course_lib.grading"):
+            rest = module.removeprefix("course_lib.grading").lstrip(".")
+            imported = set(names) if isinstance(node, ast.ImportFrom) else set()
+            if rest not in ("", "check") or not imported <= _GRADING_OK:
+                yield "grader-internals"
+        if module in ("os", "sys") and isinstance(node, ast.ImportFrom):
+            yield from (_ATTRIBUTES[name] for name in names if name in _ATTRIBUTES)
+
+
+def _attribute_flags(node: ast.Attribute) -> Iterator[str]:
+    if node.attr in _ATTRIBUTES:
+        root = _root_name(node.value)
+        if node.attr not in ("remove", "replace", "walk", "system") or root in (
+            "os",
+            "shutil",
+            "platform",
+            "sys",
+        ):
+            yield _ATTRIBUTES[node.attr]
+    if node.attr in _GRADING_NAMES or node.attr == "grading":
+        yield "grader-internals"
+    if isinstance(node.ctx, ast.Store | ast.Del):
+        root = _root_name(node.value)
+        if root in _PATCHED_ROOTS or (node.attr.startswith("__") and node.attr.endswith("__")):
+            yield "patching"
+
+
+def _call_flags(node: ast.Call) -> Iterator[str]:
+    func = node.func
+    if not isinstance(func, ast.Name):
         return
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [a.name for a in node.names]
-            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else names
-            for module in modules:
-                top = module.split(".")[0]
-                if top in _MODULES:
-                    add(_MODULES[top])
-                if module.startswith("course_lib.grading"):
-                    rest = module.removeprefix("course_lib.grading").lstrip(".")
-                    imported = set(names) if isinstance(node, ast.ImportFrom) else set()
-                    if rest not in ("", "check") or not imported <= _GRADING_OK:
-                        add("grader-internals")
-                if module in ("os", "sys") and isinstance(node, ast.ImportFrom):
-                    for name in names:
-                        if name in _ATTRIBUTES:
-                            add(_ATTRIBUTES[name])
-        elif isinstance(node, ast.Attribute):
-            if node.attr in _ATTRIBUTES:
-                root = _root_name(node.value)
-                if node.attr not in ("remove", "replace", "walk", "system") or root in (
-                    "os",
-                    "shutil",
-                    "platform",
-                    "sys",
+    if func.id in ("setattr", "delattr") and node.args:
+        if _root_name(node.args[0]) in _PATCHED_ROOTS | {"object"}:
+            yield "patching"
+    if func.id == "getattr" and len(node.args) >= 2:
+        if not isinstance(node.args[1], ast.Constant):
+            yield "dynamic-code"
+    if func.id == "open" and len(node.args) >= 2:
+        mode = node.args[1]
+        if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+            if any(c in mode.value for c in "wax+"):
+                target = node.args[0]
+                if not (
+                    isinstance(target, ast.Constant)
+                    and isinstance(target.value, str)
+                    and not target.value.startswith(("/", ".."))
                 ):
-                    add(_ATTRIBUTES[node.attr])
-            if node.attr in _GRADING_NAMES or node.attr == "grading":
-                add("grader-internals")
-            if isinstance(node.ctx, ast.Store | ast.Del):
-                root = _root_name(node.value)
-                if root in _PATCHED_ROOTS or (
-                    node.attr.startswith("__") and node.attr.endswith("__")
-                ):
-                    add("patching")
-        elif isinstance(node, ast.Name):
-            if node.id in _NAMES:
-                add(_NAMES[node.id])
-            if node.id in _GRADING_NAMES:
-                add("grader-internals")
-        elif isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
-                if _root_name(node.args[0]) in _PATCHED_ROOTS | {"object"}:
-                    add("patching")
-            if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
-                if not isinstance(node.args[1], ast.Constant):
-                    add("dynamic-code")
-            if isinstance(func, ast.Name) and func.id == "open" and len(node.args) >= 2:
-                mode = node.args[1]
-                if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
-                    if any(c in mode.value for c in "wax+"):
-                        target = node.args[0]
-                        if not (
-                            isinstance(target, ast.Constant)
-                            and isinstance(target.value, str)
-                            and not target.value.startswith(("/", ".."))
-                        ):
-                            add("files")
-        elif isinstance(node, ast.ClassDef) and _comparison_subclass(node):
-            add("patching")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            for pattern, flag in _STRINGS:
-                if pattern.search(node.value):
-                    add(flag)
+                    yield "files"
 
 
 def _norm_lines(text: str) -> list[str]:

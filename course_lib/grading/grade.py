@@ -1,10 +1,12 @@
 """Batch grading: every submission in its own process, one gradebook row each, always.
 
 :func:`grade_batch` reads each notebook, works out its assignment (the id in
-its metadata; else ``--assignment``; else a known id in the file name), runs
-its code cells and then the assignment's tests (visible and hidden) in a
-:mod:`~course_lib.grading.worker` process with a wall-clock timeout, a memory
-limit and a fresh temporary working folder. Whatever a submission does, it
+its metadata; else ``--assignment``; else a known id in the file name), and
+has a judge process (:mod:`~course_lib.grading.judge`) run its code cells in a
+sandboxed student process (:mod:`~course_lib.grading.student`) and then the
+assignment's tests (visible and hidden), with a wall-clock timeout, memory and
+CPU limits (:mod:`~course_lib.grading.cgroup`) and a fresh temporary working
+folder. Whatever a submission does, it
 gets a :class:`Row` with a status and a short reason; nothing stops the batch.
 
 Statuses, from "could not run at all" to "ran":
@@ -44,8 +46,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.grading import cgroup
+from course_lib.grading.cgroup import check_memory_limit
 from course_lib.grading.flags import flag_cells
-from course_lib.grading.judge import MAX_RESTARTS
+from course_lib.grading.judge import MAX_RESTARTS, Job
 from course_lib.grading.notebook import NotebookError, assignment_of, code_cells, read_notebook
 from course_lib.grading.registry import (
     Assignment,
@@ -80,6 +84,9 @@ class Row:
     calls: dict[str, str] = field(default_factory=dict)  # failed visible test -> what it called
     flags: list[str] = field(default_factory=list)
     cells_timeout: float = 60.0
+    stopped_by: str = ""  # the grader's limit that stopped it ("memory 2048 MB", ...), if one did
+    usage: dict = field(default_factory=dict)  # CPU and wall seconds, peak MB (not in the CSV)
+    bonus: float = 0.0  # the instructor's adjustment of the total (course_lib.grading.overrides)
 
     @property
     def score(self) -> float:
@@ -211,7 +218,7 @@ def _judge_env() -> dict[str, str]:
     return env
 
 
-def _run_judge(job: dict, timeout: float) -> tuple[list[dict], int | None, bool, str]:
+def _run_judge(job: Job, timeout: float) -> tuple[list[dict], int | None, bool, str]:
     """Run one job in a judge process; return (events, return code, timed out?, last stderr line).
 
     The judge is trusted (the student's code runs in the sandbox it starts), so
@@ -229,7 +236,7 @@ def _run_judge(job: dict, timeout: float) -> tuple[list[dict], int | None, bool,
         )
         timed_out = False
         try:
-            out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+            out, err = proc.communicate(job.to_json().encode(), timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc.pid)
@@ -254,15 +261,9 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _finish(
-    row: Row,
-    events: list[dict],
-    returncode: int | None,
-    timed_out: bool,
-    stderr: str,
-    timeout: float,
-    memory_mb: int | None,
-) -> None:
+def _score_tests(row: Row, events: list[dict]) -> list[tuple]:
+    """Fill ``row.earned`` and ``row.messages`` from the test events; the tests the process
+    stopped in, with how it stopped."""
     spec = row.spec
     assert spec is not None
     by_id = {t.id: t for t in spec.tests}
@@ -287,38 +288,59 @@ def _finish(
         if t.id not in row.earned:
             row.earned[t.id] = 0.0
             row.messages[t.id] = "not run"
+    return stopped_tests
+
+
+def _stopped(row: Row, event: dict, memory_mb: int | None) -> None:
+    """Status and reason of a submission whose code cells never finished."""
+    kind = event.get("kind")
+    detail = str(event.get("reason") or "")
+    if kind == "timeout":
+        row.status, row.stopped_by = "timeout", f"wall clock {row.cells_timeout:g} s"
+        row.reason = (
+            f"its code cells did not finish within {row.cells_timeout:g} s (an endless loop?)"
+        )
+    elif kind == "protocol":
+        row.status = "crashed"
+        row.reason = detail or "broke the grading protocol"
+    elif kind == "memory-limit" or "MemoryError" in detail or "bad_alloc" in detail:
+        row.status, row.stopped_by = "memory-limit", f"memory {memory_mb} MB"
+        row.reason = f"the grader's memory limit ({memory_mb} MB) stopped its code cells"
+    elif "SIGXCPU" in detail:
+        row.status, row.stopped_by = "timeout", "CPU time"
+        row.reason = "used up its CPU time while running its code cells"
+    else:
+        row.status = "crashed"
+        row.reason = (
+            f"the process died while running its code cells ({detail}); "
+            "os._exit() or a crash in native code?"
+        )
+
+
+def _finish(
+    row: Row,
+    events: list[dict],
+    returncode: int | None,
+    timed_out: bool,
+    stderr: str,
+    timeout: float,
+    memory_mb: int | None,
+) -> None:
+    spec = row.spec
+    assert spec is not None
+    stopped_tests = _score_tests(row, events)
     kinds = {e.get("event") for e in events}
     cells = [e for e in events if e.get("event") == "cell"]
     stopped = [e for e in events if e.get("event") == "stopped"]
+    for e in events:
+        if e.get("event") == "usage":
+            row.usage = {k: e.get(k) for k in ("cpu_seconds", "wall_seconds", "peak_mb", "limits")}
     stage = "the tests" if "cells-done" in kinds else "its code cells"
     if timed_out:
-        row.status = "timeout"
+        row.status, row.stopped_by = "timeout", f"wall clock {timeout:g} s"
         row.reason = f"grading did not finish within {timeout:g} s"
     elif stopped:
-        kind = stopped[0].get("kind")
-        if kind == "timeout":
-            row.status = "timeout"
-            row.reason = (
-                f"its code cells did not finish within {row.cells_timeout:g} s (an endless loop?)"
-            )
-        elif kind == "protocol":
-            row.status = "crashed"
-            row.reason = str(stopped[0].get("reason", "broke the grading protocol"))
-        else:
-            row.status = "crashed"
-            detail = str(stopped[0].get("reason") or "")
-            row.reason = (
-                f"the process died while running its code cells ({detail}); "
-                "os._exit() or a crash in native code?"
-            )
-            if "SIGXCPU" in detail:
-                row.status = "timeout"
-                row.reason = "used up its CPU time while running its code cells"
-            elif "MemoryError" in detail or "bad_alloc" in detail:
-                row.status = "memory-limit"
-                row.reason = (
-                    f"ran out of memory (limit {memory_mb} MB) while running its code cells"
-                )
+        _stopped(row, stopped[0], memory_mb)
     elif "done" not in kinds:
         row.status = "crashed"
         if "started" not in kinds:
@@ -329,11 +351,15 @@ def _finish(
             row.reason = f"the grader stopped while running {stage} ({stderr or returncode}); please report it"
     elif stopped_tests:
         test, kind = stopped_tests[0]
-        row.status = "timeout" if kind == "timeout" else "crashed"
+        row.status = {"timeout": "timeout", "memory-limit": "memory-limit"}.get(kind, "crashed")
+        if kind == "memory-limit":
+            row.stopped_by = f"memory {memory_mb} MB"
         row.reason = f"{test.id}: {row.messages[test.id]}"
     elif cells:
         first = cells[0]
         row.status = str(first.get("kind", "cell-error"))
+        if row.status == "memory-limit":
+            row.stopped_by = f"memory {memory_mb} MB"
         more = f" (and {len(cells) - 1} more failing cells)" if len(cells) > 1 else ""
         row.reason = _one_line(first.get("reason", "")) + more
     else:
@@ -392,16 +418,17 @@ def _grade_one(
     solution = book.solution(assignment_id)
     given = [c.source for c in code_cells(solution)] if solution else []
     row.flags = flag_cells(cells, solution, given)
-    job = {
-        "assignment": assignment_id,
-        "cells": [{"number": c.number, "source": c.source} for c in cells],
-        "hidden_source": hidden_source,
-        "memory_mb": options["memory_mb"],
-        "cpu_seconds": int(options["timeout"] + len(spec.tests) * options["call_timeout"]) + 10,
-        "timeout": options["timeout"],
-        "call_timeout": options["call_timeout"],
-        "sandboxed": options["sandbox"],
-    }
+    job = Job(
+        assignment=assignment_id,
+        cells=[{"number": c.number, "source": c.source} for c in cells],
+        hidden_source=hidden_source,
+        memory_mb=options["memory_mb"],
+        cpus=options["cpus"],
+        cpu_seconds=int(options["timeout"] + len(spec.tests) * options["call_timeout"]) + 10,
+        timeout=options["timeout"],
+        call_timeout=options["call_timeout"],
+        sandboxed=options["sandbox"],
+    )
     backstop = (MAX_RUNS * options["timeout"]) + len(spec.tests) * options["call_timeout"] + 60
     events, returncode, timed_out, stderr = _run_judge(job, backstop)
     _finish(row, events, returncode, timed_out, stderr, backstop, options["memory_mb"])
@@ -418,33 +445,31 @@ def grade_batch(
     progress: bool = False,
     call_timeout: float = 10.0,
     sandbox: bool = True,
+    cpus: float | None = 1.0,
 ) -> list[Row]:
     """Grade every submission; one :class:`Row` each, sorted by path.
 
-    ``assignment`` makes every submission count as that assignment (one whose
-    metadata names another gets ``wrong-assignment``). ``hidden_dir`` holds
-    ``<assignment>.py`` files of hidden tests. ``timeout`` (seconds, wall
-    clock) limits a submission's code cells, ``call_timeout`` each call of one
-    of its functions by a test, ``memory_mb`` (address space) its process;
-    ``jobs`` submissions are graded at once (default: the number of CPU cores).
+        ``assignment`` makes every submission count as that assignment (one whose
+        metadata names another gets ``wrong-assignment``). ``hidden_dir`` holds
+        ``<assignment>.py`` files of hidden tests. ``timeout`` (seconds, wall
+        clock) limits a submission's code cells, ``call_timeout`` each call of one
+        of its functions by a test, ``memory_mb`` its memory (resident memory of its
+    process tree where the machine has control groups, else writable memory per
+    process: see :mod:`~course_lib.grading.cgroup`), ``cpus`` the cores it may
+    use at once (control groups only; its processes are also niced);
+        ``jobs`` submissions are graded at once (default: the number of CPU cores).
 
-    Each submission runs in a ``bwrap`` sandbox (see
-    :mod:`~course_lib.grading.sandbox`); where there is none this raises
-    :class:`~course_lib.grading.sandbox.SandboxUnavailable`, unless
-    ``sandbox=False`` (a class you trust: see ``NO_SANDBOX_WARNING``).
+        Each submission runs in a ``bwrap`` sandbox (see
+        :mod:`~course_lib.grading.sandbox`); where there is none this raises
+        :class:`~course_lib.grading.sandbox.SandboxUnavailable`, unless
+        ``sandbox=False`` (a class you trust: see ``NO_SANDBOX_WARNING``).
     """
     if sandbox:
         require_bwrap()
-    if hidden_dir is not None and not Path(hidden_dir).is_dir():
-        raise SystemExit(f"error: --hidden {hidden_dir}: no such folder")
-    book = _Assignments(hidden_dir)
-    if assignment is not None and assignment not in book.known:
-        raise SystemExit(
-            f"error: no tests for assignment {assignment!r}; known: {', '.join(book.known)}"
-        )
-    for aid in book.known:  # load every hidden-tests file now: a broken one stops the batch here
-        if aid == assignment or hidden_tests_file(hidden_dir, aid) is not None:
-            book.get(aid)
+    if memory_mb:
+        check_memory_limit(memory_mb, _judge_env())
+    cgroup.support()  # before the judges start: they share what it prepares (cgroup v2)
+    book = _load_assignments(assignment, hidden_dir)
     shown = sorted({os.path.normpath(str(p)) for p in submissions})
     jobs = max(1, jobs or os.cpu_count() or 1)
     done = 0
@@ -453,27 +478,12 @@ def grade_batch(
         "call_timeout": float(call_timeout),
         "memory_mb": memory_mb,
         "sandbox": bool(sandbox),
+        "cpus": cpus,
     }
 
     def work(name: str) -> Row:
         nonlocal done
-        try:
-            row = _grade_one(Path(name), name, assignment, book, options)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as err:  # noqa: B036 - one submission never stops the batch
-            row = _not_run(
-                name,
-                assignment or "",
-                "grader-error",
-                f"the grader could not grade this file ({type(err).__name__}: {err}); "
-                "please report it",
-                book.get(assignment)[0] if assignment else None,
-            )
-        redact = book.redactor
-        row.reason = _one_line(redact(row.reason))
-        row.messages = {k: redact(v) for k, v in row.messages.items()}
-        row.calls = {k: redact(v) for k, v in row.calls.items()}
+        row = _grade_safely(name, assignment, book, options)
         done += 1
         if progress:
             print(
@@ -487,6 +497,42 @@ def grade_batch(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         rows = list(pool.map(work, shown))
     return rows
+
+
+def _load_assignments(assignment: str | None, hidden_dir: str | Path | None) -> _Assignments:
+    """The batch's assignments, every hidden-tests file loaded now (a broken one stops here)."""
+    if hidden_dir is not None and not Path(hidden_dir).is_dir():
+        raise SystemExit(f"error: --hidden {hidden_dir}: no such folder")
+    book = _Assignments(hidden_dir)
+    if assignment is not None and assignment not in book.known:
+        raise SystemExit(
+            f"error: no tests for assignment {assignment!r}; known: {', '.join(book.known)}"
+        )
+    for aid in book.known:
+        if aid == assignment or hidden_tests_file(hidden_dir, aid) is not None:
+            book.get(aid)
+    return book
+
+
+def _grade_safely(name: str, assignment: str | None, book: _Assignments, options: dict) -> Row:
+    """One file's row, whatever happens (a grader error is a row too), hidden text redacted."""
+    try:
+        row = _grade_one(Path(name), name, assignment, book, options)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:  # noqa: B036 - one submission never stops the batch
+        row = _not_run(
+            name,
+            assignment or "",
+            "grader-error",
+            f"the grader could not grade this file ({type(err).__name__}: {err}); please report it",
+            book.get(assignment)[0] if assignment else None,
+        )
+    redact = book.redactor
+    row.reason = _one_line(redact(row.reason))
+    row.messages = {k: redact(v) for k, v in row.messages.items()}
+    row.calls = {k: redact(v) for k, v in row.calls.items()}
+    return row
 
 
 def _cell_text(text: str) -> str:
@@ -506,7 +552,13 @@ def _columns(rows: list[Row]) -> list[tuple[str, str, str]]:
 
 
 def write_csv(rows: list[Row], path: str | Path) -> None:
-    """The gradebook: submission, assignment, score, max_score, status, a column per test, reason, flags.
+    """The gradebook: submission, assignment, score, max_score, status, a column per test,
+    stopped_by, reason, flags.
+
+    ``stopped_by`` names the grader's limit that stopped the submission
+    (``memory 2048 MB``, ``wall clock 60 s``, ``CPU time``), empty when none
+    did: a row whose code the limit, not a bug, stopped can be graded again
+    with a larger limit.
 
     ``flags`` is for the instructor (see :mod:`~course_lib.grading.flags`): what
     in the submission is worth a look, separated by ``; ``.
@@ -522,6 +574,7 @@ def write_csv(rows: list[Row], path: str | Path) -> None:
                 "max_score",
                 "status",
                 *(c[0] for c in columns),
+                "stopped_by",
                 "reason",
                 "flags",
             ]
@@ -539,14 +592,29 @@ def write_csv(rows: list[Row], path: str | Path) -> None:
                     _fmt(r.max_score),
                     r.status,
                     *cells,
+                    r.stopped_by,
                     _cell_text(r.reason),
                     "; ".join(r.flags),
                 ]
             )
 
 
-def write_feedback(rows: list[Row], folder: str | Path) -> list[Path]:
-    """One text file per submission, for the student: score, status and a line per test."""
+def read_notebook_quietly(path: str | Path) -> dict | None:
+    """The notebook at ``path``, or None when it is not one (for its metadata only)."""
+    try:
+        return read_notebook(path)
+    except (NotebookError, OSError):
+        return None
+
+
+def write_feedback(
+    rows: list[Row], folder: str | Path, extra: dict[str, list[str]] | None = None
+) -> list[Path]:
+    """One text file per submission, for the student: score, status and a line per test.
+
+    ``extra[submission]``: more lines after the score (the instructor's
+    adjustments, a late penalty).
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -557,6 +625,7 @@ def write_feedback(rows: list[Row], folder: str | Path) -> list[Path]:
             f"Assignment: {r.assignment or '?'}",
             f"Score: {_fmt(r.score)} / {_fmt(r.max_score) or '?'}",
             f"Status: {r.status}" + (f" ({r.reason})" if r.reason else ""),
+            *(extra or {}).get(r.submission, []),
             "",
         ]
         if r.spec is not None:
@@ -656,14 +725,22 @@ def run_cli(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             call_timeout=args.call_timeout,
             sandbox=not args.no_sandbox,
+            cpus=args.cpus or None,
         )
     except SandboxUnavailable as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    write_csv(rows, args.csv)
-    if args.feedback:
-        write_feedback(rows, args.feedback)
+    from course_lib.grading.outputs import write_outputs
+
+    notes = write_outputs(args, rows)
     print(summary(rows, time.perf_counter() - start))
+    for line in notes:
+        print(line)
+    how = next((r.usage["limits"] for r in rows if r.usage.get("limits")), None)
+    if how:
+        cpus = f", {args.cpus:g} core{'s' * (args.cpus != 1)}" if args.cpus else ""
+        memory = f"{args.memory_mb} MB" if args.memory_mb else "no memory limit"
+        print(f"Limits per submission: {memory}{cpus}; enforced by {how}.")
     print(f"Gradebook: {args.csv}" + (f"; feedback in {args.feedback}/" if args.feedback else ""))
     if args.no_sandbox:
         print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)

@@ -28,128 +28,169 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import asdict, dataclass
 
+from course_lib.grading import cgroup
 from course_lib.grading.registry import TestSpec, load_assignment, load_hidden_tests
 from course_lib.grading.remote import Session, StudentGone
 from course_lib.grading.runner import run_test
 from course_lib.grading.sandbox import Limits
 
-__all__ = ["main"]
+__all__ = ["main", "Job"]
 
 MAX_RESTARTS = 4
 
 
-def main() -> None:
-    """Read a job on stdin, grade it, report on stdout (see the module docstring)."""
-    job = json.load(sys.stdin)
-    report = os.fdopen(os.dup(1), "w", buffering=1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # a test that prints does not garble the report
+@dataclass
+class Job:
+    """What the batch grader asks one judge to do (JSON on the judge's stdin)."""
 
-    def emit(**event) -> None:
-        report.write(json.dumps(event, sort_keys=True) + "\n")
-        report.flush()
+    assignment: str
+    cells: list[dict]
+    timeout: float  # wall-clock seconds for the code cells
+    call_timeout: float  # wall-clock seconds for each call of a student's function
+    cpu_seconds: int  # CPU time of the student process
+    hidden_source: str | None = None
+    memory_mb: int | None = 2048
+    cpus: float | None = 1.0
+    processes: int = 64
+    sandboxed: bool = True
 
-    visible = load_assignment(job["assignment"]).tests
-    hidden: list[TestSpec] = []
-    if job.get("hidden_source"):
-        hidden = load_hidden_tests(job["hidden_source"])
-    limits = Limits(
-        memory_mb=job.get("memory_mb"),
-        cpu_seconds=job.get("cpu_seconds"),
-        processes=int(job.get("processes", 64)),
-    )
-    runs = 0
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
 
-    def session() -> Session:
-        nonlocal runs
-        uid = 2_000_000 + (os.getpid() % 1_000_000) * 4 + runs % 4
-        runs += 1
-        return Session(
-            job["cells"],
-            limits,
-            sandboxed=bool(job.get("sandboxed", True)),
-            cells_timeout=float(job["timeout"]),
-            call_timeout=float(job["call_timeout"]),
-            uid=uid,
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        return cls(**json.loads(text))
+
+    def limits(self) -> Limits:
+        return Limits(
+            memory_mb=self.memory_mb,
+            cpu_seconds=self.cpu_seconds,
+            processes=self.processes,
+            cpus=self.cpus,
         )
 
-    current = session()
-    events, kind, reason = current.start()
-    for event in events:
-        emit(**event)
-    if kind is not None:
-        emit(event="stopped", kind=kind, reason=reason or "")
-        current.kill(kind, "")
-        emit(event="done")
-        report.close()
-        return
 
-    hung: dict[str, str] = {}  # function -> why it is not called again (it did not return)
-    for spec in [*visible, *hidden]:
-        skip = [n for n in spec.needs if n in hung]
+class _Judge:
+    """One submission's grading: its sessions (restarted when they stop) and the report."""
+
+    def __init__(self, job: Job, report) -> None:
+        self.job, self.report = job, report
+        self.limits = job.limits()
+        self.runs = 0
+        self.usage = cgroup.Usage()
+        self.hung: dict[str, str] = {}  # function -> why it is not called again
+        self.current: Session | None = None
+
+    def emit(self, **event) -> None:
+        self.report.write(json.dumps(event, sort_keys=True) + "\n")
+        self.report.flush()
+
+    def not_run(self, spec: TestSpec, why: str) -> None:
+        self.emit(
+            event="test", id=spec.id, fraction=0.0, message=f"not run: {why}", call="", kind=""
+        )
+
+    def session(self) -> Session:
+        uid = 2_000_000 + (os.getpid() % 1_000_000) * 4 + self.runs % 4
+        self.runs += 1
+        made = Session(
+            self.job.cells,
+            self.limits,
+            sandboxed=self.job.sandboxed,
+            cells_timeout=float(self.job.timeout),
+            call_timeout=float(self.job.call_timeout),
+            uid=uid,
+        )
+        made.usage = self.usage  # one sum over the restarts
+        return made
+
+    def finish(self) -> None:
+        self.emit(
+            event="usage",
+            cpu_seconds=self.usage.cpu_seconds,
+            wall_seconds=round(self.usage.wall_seconds, 3),
+            peak_mb=self.usage.peak_mb,
+            limits=cgroup.support().describe(),
+        )
+        self.emit(event="done")
+        self.report.close()
+
+    def ready(self, spec: TestSpec) -> bool:
+        """A live session for ``spec`` (restarting one that stopped), or report why not."""
+        skip = [n for n in spec.needs if n in self.hung]
         if skip:
-            emit(
-                event="test",
-                id=spec.id,
-                fraction=0.0,
-                message=f"not run: {hung[skip[0]]}",
-                call="",
-                kind="",
-            )
-            continue
-        if current.dead is not None:
-            if runs > MAX_RESTARTS:
-                emit(
-                    event="test",
-                    id=spec.id,
-                    fraction=0.0,
-                    message=f"not run: the notebook's process stopped {runs} times",
-                    call="",
-                    kind="",
-                )
-                continue
-            current = session()
-            _, kind, _ = current.start()
-            emit(event="restart", ok=kind is None)
-            if kind is not None:
-                current.kill(kind, "")
-                emit(
-                    event="test",
-                    id=spec.id,
-                    fraction=0.0,
-                    message="not run: the notebook's process could not be restarted",
-                    call="",
-                    kind="",
-                )
-                continue
+            self.not_run(spec, self.hung[skip[0]])
+            return False
+        if self.current.dead is None:
+            return True
+        if self.runs > MAX_RESTARTS:
+            self.not_run(spec, f"the notebook's process stopped {self.runs} times")
+            return False
+        self.current = self.session()
+        _, kind, _ = self.current.start()
+        self.emit(event="restart", ok=kind is None)
+        if kind is not None:
+            self.current.kill(kind, "")
+            self.not_run(spec, "the notebook's process could not be restarted")
+            return False
+        return True
+
+    def test(self, spec: TestSpec) -> None:
+        current = self.current
         current.hidden = spec.hidden
         died_before = current.dead
         try:
             namespace = current.namespace(spec.needs)
         except StudentGone as err:
             namespace = None
-            result_fraction, result_message = 0.0, str(err)
+            fraction, message = 0.0, str(err)
         if namespace is not None:
             result = run_test(spec, namespace)
-            result_fraction, result_message = result.fraction, result.message
+            fraction, message = result.fraction, result.message
         stopped = current.dead is not None and died_before is None
         if stopped and current.dead_kind == "timeout" and current.fatal_call in spec.needs:
-            hung[current.fatal_call] = (
+            self.hung[current.fatal_call] = (
                 f"{current.fatal_call} did not return in an earlier test, so it is not called again"
             )
-        emit(
+        self.emit(
             event="test",
             id=spec.id,
-            fraction=result_fraction,
-            message=result_message,
+            fraction=fraction,
+            message=message,
             call="" if spec.hidden or not current.calls else current.calls[-1],
             kind=(current.dead_kind or "") if stopped else "",
         )
         current.end_test()
-    current.close()
-    emit(event="done")
-    report.close()
+
+    def run(self) -> None:
+        tests = list(load_assignment(self.job.assignment).tests)
+        if self.job.hidden_source:
+            tests += load_hidden_tests(self.job.hidden_source)
+        self.current = self.session()
+        events, kind, reason = self.current.start()
+        for event in events:
+            self.emit(**event)
+        if kind is not None:
+            self.emit(event="stopped", kind=kind, reason=reason or "")
+            self.current.kill(kind, "")
+            self.finish()
+            return
+        for spec in tests:  # visible first, then hidden
+            if self.ready(spec):
+                self.test(spec)
+        self.current.close()
+        self.finish()
+
+
+def main() -> None:
+    """Read a job on stdin, grade it, report on stdout (see the module docstring)."""
+    job = Job.from_json(sys.stdin.read())
+    report = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # a test that prints does not garble the report
+    _Judge(job, report).run()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,12 +135,46 @@ class CodeCell:
 def _transform_ipython(source: str) -> str:
     try:
         from IPython.core.inputtransformer2 import TransformerManager
-    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
-        return source
+    except ImportError:  # a grader installed without Jupyter: the same calls, line by line
+        return transform_without_ipython(source)
     try:
         return TransformerManager().transform_cell(source)
     except Exception:  # noqa: BLE001 - leave it to the compiler to report
         return source
+
+
+_ASSIGNED_SHELL = re.compile(r"^(\s*)([\w.,\s]+?)\s*=\s*!(.*)$")
+
+
+def transform_without_ipython(source: str) -> str:
+    """IPython-only lines as ``get_ipython()`` calls, where IPython is not installed.
+
+    The same calls IPython's transformer makes, one line for one line (so line
+    numbers stay): ``%%magic line`` as the first line of a cell, ``!cmd``,
+    ``x = !cmd`` and ``%magic args``. Lines continued with a backslash are
+    not joined.
+    """
+    lines = source.splitlines()
+    if lines and lines[0].lstrip().startswith("%%"):
+        name, _, line = lines[0].lstrip()[2:].partition(" ")
+        body = "\n".join(lines[1:]) + ("\n" if len(lines) > 1 else "")
+        call = f"get_ipython().run_cell_magic({name!r}, {line!r}, {body!r})"
+        return call + "\n" * (len(lines) - 1)
+    out = []
+    for line in lines:
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        assigned = _ASSIGNED_SHELL.match(line)
+        if assigned and not stripped.startswith(("!", "%")):
+            out.append(f"{assigned[1]}{assigned[2]} = get_ipython().getoutput({assigned[3]!r})")
+        elif stripped.startswith("!"):
+            out.append(f"{indent}get_ipython().system({stripped[1:]!r})")
+        elif stripped.startswith("%") and not stripped.startswith("%%"):
+            name, _, args = stripped[1:].partition(" ")
+            out.append(f"{indent}get_ipython().run_line_magic({name!r}, {args!r})")
+        else:
+            out.append(line)
+    return "\n".join(out) + ("\n" if source.endswith("\n") else "")
 
 
 def _blank_check_calls(source: str, names: tuple[str, ...] = ("check",)) -> str:

@@ -45,12 +45,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 
-from course_lib.grading import sandbox, wire
+from course_lib.grading import cgroup, sandbox, wire
 from course_lib.grading.expect import TestFailed
 from course_lib.grading.runner import RemoteError
 from course_lib.grading.student import PORTABLE_ERRORS
@@ -310,8 +311,29 @@ def _replace(value: Any, new: dict[int, torch.Tensor]) -> Any:
 # -- the session ---------------------------------------------------------------------------------
 
 
-class Session:
-    """One student process, its cells run, answering the tests' calls (see the module docstring)."""
+CELL_KINDS = ("syntax-error", "cell-error", "exit", "memory-limit")
+
+
+def _cell_event(header: dict) -> dict:
+    """The judge's event for a message the student process sends while its cells run."""
+    ev = header.get("ev")
+    if ev == "cell":
+        number = header.get("number")
+        kind = header.get("kind")
+        return {
+            "event": "cell",
+            "number": number if type(number) is int else 0,
+            "kind": kind if kind in CELL_KINDS else "cell-error",
+            "reason": _text(header.get("reason"), 300),
+        }
+    if ev in ("started", "cells-done"):
+        return {"event": ev}
+    raise wire.ProtocolError("unexpected message while the cells ran")
+
+
+class _StudentProcess:
+    """The life of one student process: started in its sandbox and control group, its cells
+    run, then killed once, with what ended it (:class:`Session` adds the requests)."""
 
     def __init__(
         self,
@@ -341,8 +363,9 @@ class Session:
         self._names: dict[str, Any] = {}
         self._stderr = None
         self._workdir: tempfile.TemporaryDirectory | None = None
-
-    # -- life ---------------------------------------------------------------------------------
+        self.group: cgroup.Group | None = None  # its control group, where the machine allows
+        self.usage = cgroup.Usage()  # CPU time, wall time and memory of the process tree
+        self._started = 0.0
 
     def start(self) -> tuple[list[dict], str | None, str | None]:
         """Start the process and run the cells: (events, failure kind, failure reason).
@@ -364,9 +387,14 @@ class Session:
             self._workdir = tempfile.TemporaryDirectory(prefix="course-grade-")
             cwd = self._workdir.name
             env = {**env, "HOME": cwd, "TMPDIR": cwd}
+        limits = self.limits
+        processes = limits.processes if self.sandboxed else None
+        self.group = cgroup.create(limits.memory_mb, limits.cpus, processes)
+        self._started = time.monotonic()
         try:
             self.proc = subprocess.Popen(
                 argv,
+                preexec_fn=self.group.enter if self.group else None,
                 stdin=subprocess.DEVNULL,
                 stdout=self._stderr,
                 stderr=self._stderr,
@@ -382,55 +410,32 @@ class Session:
         events: list[dict] = []
         deadline = time.monotonic() + self.cells_timeout
         try:
-            wire.send(
-                parent,
-                {
-                    "cells": self.cells,
-                    "sandboxed": self.sandboxed,
-                    "limits": {
-                        "memory_mb": self.limits.memory_mb,
-                        "cpu_seconds": self.limits.cpu_seconds,
-                        "processes": self.limits.processes if self.sandboxed else 0,
-                        "open_files": self.limits.open_files,
-                        "file_mb": self.limits.file_mb,
-                    },
-                },
-            )
+            wire.send(parent, self._job())
             while True:
                 header, _ = wire.recv(parent, deadline, limit=1 << 20)
-                ev = header.get("ev")
-                if ev == "cell":
-                    events.append(
-                        {
-                            "event": "cell",
-                            "number": header.get("number")
-                            if type(header.get("number")) is int
-                            else 0,
-                            "kind": header.get("kind")
-                            if header.get("kind")
-                            in ("syntax-error", "cell-error", "exit", "memory-limit")
-                            else "cell-error",
-                            "reason": _text(header.get("reason"), 300),
-                        }
-                    )
-                elif ev == "started":
-                    events.append({"event": "started"})
-                elif ev == "cells-done":
-                    events.append({"event": "cells-done"})
+                event = _cell_event(header)
+                events.append(event)
+                if event["event"] == "cells-done":
                     return events, None, None
-                else:
-                    raise wire.ProtocolError("unexpected message while the cells ran")
         except wire.Timeout:
             self.kill("timeout", "")
             return events, "timeout", None
         except (wire.Closed, OSError):
             code = self.kill("crashed", "")
-            return events, "crashed", self._death(code)
+            return events, self.dead_kind, self._death(code)
         except wire.ProtocolError as err:
             self.kill("protocol", "")
             return events, "protocol", f"the notebook's process broke the grading protocol ({err})"
 
+    def _job(self) -> dict:
+        """The first message to the student process: the cells and its limits."""
+        processes = self.limits.processes if self.sandboxed else 0
+        limits = dataclasses.replace(self.limits, processes=processes, extra_env={})
+        return {"cells": self.cells, "sandboxed": self.sandboxed, "limits": asdict(limits)}
+
     def _death(self, code: int | None) -> str:
+        if self.dead_kind == "memory-limit":
+            return f"stopped by the grader's memory limit ({self.limits.memory_mb} MB resident)"
         if code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
             return f"killed by {name}"
@@ -480,6 +485,7 @@ class Session:
                 os.killpg(self.proc.pid, 9)
             except (ProcessLookupError, PermissionError):
                 pass
+        self._end_group()
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
@@ -487,6 +493,22 @@ class Session:
             self._stderr.close()
             self._stderr = None
         return code
+
+    def _end_group(self) -> None:
+        """Record the tree's usage, learn whether the memory limit killed it, delete its group."""
+        if self._started:
+            self.usage.wall_seconds += time.monotonic() - self._started
+            self._started = 0.0
+        if self.group is None:
+            return
+        self.usage.add(self.group)
+        if self.group.oom_killed() and self.dead_kind == "crashed":
+            self.dead_kind = "memory-limit"
+            self.dead = (
+                f"stopped by the grader's memory limit ({self.limits.memory_mb} MB resident)"
+            )
+        self.group.remove()
+        self.group = None
 
     def close(self) -> None:
         if self.dead is None and self.sock is not None:
@@ -496,7 +518,9 @@ class Session:
                 pass
         self.kill("gone", "the session was closed")
 
-    # -- requests -------------------------------------------------------------------------------
+
+class Session(_StudentProcess):
+    """One student process, its cells run, answering the tests' calls (see the module docstring)."""
 
     def _check(self) -> None:
         if self.dead is not None:
@@ -529,7 +553,7 @@ class Session:
             code = self.kill("crashed", f"the process died during {label}")
             raise StudentGone(
                 f"the notebook's process died during {label} ({self._death_text(code)})",
-                "crashed",
+                self.dead_kind or "crashed",
             ) from None
         except wire.ProtocolError as err:
             self.kill("protocol", f"the process broke the grading protocol during {label}")
@@ -544,6 +568,8 @@ class Session:
             ) from None
 
     def _death_text(self, code: int | None) -> str:
+        if self.dead_kind == "memory-limit":
+            return self.dead
         if code is None:
             return "it stopped answering"
         if code < 0:

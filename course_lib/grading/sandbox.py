@@ -17,8 +17,10 @@
 * ``--new-session`` (no terminal to inject into), an empty environment but for
   a few variables, and the bwrap arguments passed on a pipe (``--args``), so
   even the sandbox's ``/proc/1/cmdline`` names no host path;
+* a control group of its own where the machine allows one
+  (:mod:`course_lib.grading.cgroup`: resident memory, CPU share, processes);
 * resource limits set by the student process before any student code runs:
-  address space, CPU time, file size, open files, processes (when grading as
+  writable memory, CPU time, file size, open files, processes, niceness (when grading as
   root, the student process also drops to an unprivileged user of its own,
   so that the process limit holds: root is exempt from it).
 
@@ -69,10 +71,19 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one student process."""
+    """Resource limits of one student process (and every process it starts).
+
+    ``memory_mb``: resident memory of the whole tree where control groups are
+    available, and everywhere writable private memory per process
+    (``RLIMIT_DATA``, see :func:`course_lib.grading.student._set_limits`);
+    ``cpus``: cores the tree may use at once (control groups only);
+    ``nice``: added to the student process's niceness, everywhere.
+    """
 
     memory_mb: int | None = 2048
     cpu_seconds: int | None = 120
+    cpus: float | None = 1.0
+    nice: int = 10
     processes: int = 64
     open_files: int = 256
     file_mb: int = 256

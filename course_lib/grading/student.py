@@ -38,6 +38,7 @@ import types
 from typing import Any
 
 from course_lib.grading import wire
+from course_lib.grading.sandbox import Limits
 
 __all__ = ["main"]
 
@@ -305,82 +306,14 @@ class _Server:
         return wire.decode(header.get("ok"), blobs, _StudentCodec(self))
 
     def handle(self, header: dict, blobs: list[bytes]) -> bool:
-        import torch
-
+        """Answer one request of the judge; False when it says goodbye."""
         op, rid = header.get("op"), header.get("id")
         if op == "resolve":
-            out = {}
-            for name in header["names"]:
-                if name not in self.namespace:
-                    out[name] = {"missing": True}
-                    continue
-                value = self.namespace[name]
-                if callable(value):
-                    out[name] = {
-                        "obj": [self.new_handle(value), type(value).__name__[:60], True],
-                    }
-                else:
-                    out[name] = {"value": value}
-            plain = {k: v["value"] for k, v in out.items() if "value" in v}
-            codec = _StudentCodec(self)
-            try:
-                vblobs: list[bytes] = []
-                encoded = wire.encode(plain, vblobs, codec)
-            except Exception as exc:  # noqa: BLE001
-                self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
-                return True
-            meta = {k: v for k, v in out.items() if "value" not in v}
-            self.send({"id": rid, "ok": {"values": encoded, "meta": meta}}, vblobs)
+            self._resolve(rid, header["names"])
         elif op in ("call", "getattr"):
-            grad = bool(header.get("grad"))
-            codec = _StudentCodec(self, grad=grad)
-            target = self.handles.get(header.get("target"))
-            if target is None:
-                self.send({"id": rid, "err": {"summary": "no such object", "name": "LookupError"}})
-                return True
-            try:
-                payload = wire.decode(header.get("data"), blobs, codec)
-                if op == "call":
-                    with torch.set_grad_enabled(grad):
-                        result = target(*payload["args"], **payload["kwargs"])
-                else:
-                    result = getattr(target, payload["name"])
-            except BaseException as exc:  # noqa: B036 - anything the student's code raises
-                if isinstance(exc, wire.ProtocolError | wire.Closed):
-                    raise
-                self.send({"id": rid, "err": error_report(exc)})
-                return True
-            extra: dict = {}
-            rblobs: list[bytes] = []
-            codec.outputs = []
-            try:
-                if codec.generators:
-                    extra["gens"] = [wire.encode(g.get_state(), rblobs) for g in codec.generators]
-                data = wire.encode(result, rblobs, codec)
-            except Exception as exc:  # noqa: BLE001 - an unsendable or hostile result
-                self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
-                return True
-            if codec.inputs and codec.outputs:
-                extra["graph"] = self.new_handle(None)
-                self.graphs[extra["graph"]] = (codec.inputs, codec.outputs)
-            self.send({"id": rid, "ok": data, **extra}, rblobs)
+            self._call(op, rid, header, blobs)
         elif op == "backward":
-            inputs, outputs = self.graphs[int(header["graph"])]
-            grads = wire.decode(header.get("data"), blobs)
-            pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if g is not None]
-            try:
-                got = torch.autograd.grad(
-                    [o for o, _ in pairs],
-                    inputs,
-                    [g.to(o.dtype) for o, g in pairs],
-                    allow_unused=True,
-                    retain_graph=True,
-                )
-            except BaseException as exc:  # noqa: B036
-                self.send({"id": rid, "err": error_report(exc)})
-                return True
-            gb: list[bytes] = []
-            self.send({"id": rid, "ok": wire.encode(list(got), gb)}, gb)
+            self._backward(rid, header, blobs)
         elif op == "release":
             self.handles.clear()
             self.graphs.clear()
@@ -391,6 +324,86 @@ class _Server:
         else:
             raise wire.ProtocolError(f"unknown request {op!r}")
         return True
+
+    def _resolve(self, rid, names: list) -> None:
+        out = {}
+        for name in names:
+            if name not in self.namespace:
+                out[name] = {"missing": True}
+                continue
+            value = self.namespace[name]
+            if callable(value):
+                out[name] = {
+                    "obj": [self.new_handle(value), type(value).__name__[:60], True],
+                }
+            else:
+                out[name] = {"value": value}
+        plain = {k: v["value"] for k, v in out.items() if "value" in v}
+        codec = _StudentCodec(self)
+        try:
+            vblobs: list[bytes] = []
+            encoded = wire.encode(plain, vblobs, codec)
+        except Exception as exc:  # noqa: BLE001
+            self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
+            return
+        meta = {k: v for k, v in out.items() if "value" not in v}
+        self.send({"id": rid, "ok": {"values": encoded, "meta": meta}}, vblobs)
+
+    def _call(self, op: str, rid, header: dict, blobs: list[bytes]) -> None:
+        import torch
+
+        grad = bool(header.get("grad"))
+        codec = _StudentCodec(self, grad=grad)
+        target = self.handles.get(header.get("target"))
+        if target is None:
+            self.send({"id": rid, "err": {"summary": "no such object", "name": "LookupError"}})
+            return
+        try:
+            payload = wire.decode(header.get("data"), blobs, codec)
+            if op == "call":
+                with torch.set_grad_enabled(grad):
+                    result = target(*payload["args"], **payload["kwargs"])
+            else:
+                result = getattr(target, payload["name"])
+        except BaseException as exc:  # noqa: B036 - anything the student's code raises
+            if isinstance(exc, wire.ProtocolError | wire.Closed):
+                raise
+            self.send({"id": rid, "err": error_report(exc)})
+            return
+        extra: dict = {}
+        rblobs: list[bytes] = []
+        codec.outputs = []
+        try:
+            if codec.generators:
+                extra["gens"] = [wire.encode(g.get_state(), rblobs) for g in codec.generators]
+            data = wire.encode(result, rblobs, codec)
+        except Exception as exc:  # noqa: BLE001 - an unsendable or hostile result
+            self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
+            return
+        if codec.inputs and codec.outputs:
+            extra["graph"] = self.new_handle(None)
+            self.graphs[extra["graph"]] = (codec.inputs, codec.outputs)
+        self.send({"id": rid, "ok": data, **extra}, rblobs)
+
+    def _backward(self, rid, header: dict, blobs: list[bytes]) -> None:
+        import torch
+
+        inputs, outputs = self.graphs[int(header["graph"])]
+        grads = wire.decode(header.get("data"), blobs)
+        pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if g is not None]
+        try:
+            got = torch.autograd.grad(
+                [o for o, _ in pairs],
+                inputs,
+                [g.to(o.dtype) for o, g in pairs],
+                allow_unused=True,
+                retain_graph=True,
+            )
+        except BaseException as exc:  # noqa: B036
+            self.send({"id": rid, "err": error_report(exc)})
+            return
+        gb: list[bytes] = []
+        self.send({"id": rid, "ok": wire.encode(list(got), gb)}, gb)
 
 
 # -- cells --------------------------------------------------------------------------------------
@@ -454,7 +467,36 @@ def _drop_privileges() -> None:
     os.setresuid(uid_n, uid_n, uid_n)
 
 
-def _set_limits(limits: dict) -> None:
+def _unused_writable() -> int:
+    """Bytes of writable memory this process has mapped but not touched (``VmData - VmRSS``).
+
+    Importing a CUDA build of torch maps about a GB of writable library data
+    it never touches (torch 2.11 with CUDA 13: ``VmData`` 1.35 GB, ``VmRSS``
+    0.5 GB); the CPU build almost none. It is added to the ``RLIMIT_DATA``
+    budget, so that a submission may allocate about as much with either build.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        data, rss = (int(fields[k].split()[0]) << 10 for k in ("VmData", "VmRSS"))
+    except (OSError, KeyError, ValueError):
+        return 0
+    return max(0, data - rss)
+
+
+def _set_limits(limits: Limits) -> None:
+    """Per-process limits, set before any student code runs.
+
+    Memory is limited as writable private memory (``RLIMIT_DATA``), which is
+    what a submission's allocations take, and not as address space
+    (``RLIMIT_AS``): a CUDA build of torch maps more than 2 GB of library code
+    and reserved ranges when it is imported, which ``RLIMIT_DATA`` does not
+    count. Its budget is ``memory_mb`` plus the writable memory the process
+    has mapped but not touched when the limits are set (see
+    :func:`_unused_writable`). The control group, where there is one, limits
+    the resident memory of the whole process tree
+    (:mod:`course_lib.grading.cgroup`).
+    """
     import resource
 
     def cap(which: int, value: int) -> None:
@@ -462,17 +504,19 @@ def _set_limits(limits: dict) -> None:
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
 
-    if limits.get("memory_mb"):
-        cap(resource.RLIMIT_AS, int(limits["memory_mb"]) << 20)
-    if limits.get("cpu_seconds"):
-        cpu = int(limits["cpu_seconds"])
+    if limits.memory_mb:  # writable private memory: not the address space (issue 29)
+        cap(resource.RLIMIT_DATA, (int(limits.memory_mb) << 20) + _unused_writable())
+    if limits.nice:
+        os.nice(int(limits.nice))
+    if limits.cpu_seconds:
+        cpu = int(limits.cpu_seconds)
         soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5 if hard == -1 else hard))
     cap(resource.RLIMIT_CORE, 0)
-    cap(resource.RLIMIT_FSIZE, int(limits.get("file_mb", 256)) << 20)
-    cap(resource.RLIMIT_NOFILE, int(limits.get("open_files", 256)))
-    if limits.get("processes"):
-        cap(resource.RLIMIT_NPROC, int(limits["processes"]))
+    cap(resource.RLIMIT_FSIZE, int(limits.file_mb) << 20)
+    cap(resource.RLIMIT_NOFILE, int(limits.open_files))
+    if limits.processes:
+        cap(resource.RLIMIT_NPROC, int(limits.processes))
 
 
 def main() -> None:
@@ -481,7 +525,7 @@ def main() -> None:
     _drop_privileges()
     header, blobs = wire.recv(sock)
     cells = header["cells"]
-    _set_limits(header.get("limits", {}))
+    _set_limits(Limits(**header.get("limits", {})))
     os.closerange(3, sock.fileno())
     os.closerange(sock.fileno() + 1, 4096)
     log = os.open(

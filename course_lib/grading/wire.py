@@ -262,79 +262,106 @@ def decode(data: Any, blobs: list[bytes], codec: Codec = PLAIN, depth: int = 0) 
         raise ProtocolError("malformed value")
     tag = next(iter(data))
     body = data[tag]
-    if tag == "f":
-        if body not in ("nan", "inf", "-inf"):
-            raise ProtocolError("bad float")
-        return float(body)
+    if type(tag) is str and tag in _LEAVES:
+        return _LEAVES[tag](body, blobs)
     if tag == "T":
         if not (type(body) is list and len(body) == 4 and type(body[3]) is bool):
             raise ProtocolError("malformed tensor")
         return codec.tensor_in(tensor_from_bytes(body[1], body[2], _blob(blobs, body[0])), body[3])
-    if tag == "N":
-        if not (type(body) is list and len(body) == 3 and body[1] in NP_DTYPES):
-            raise ProtocolError("malformed array")
-        dtype = NP_DTYPES[body[1]]
-        raw = _blob(blobs, body[0])
-        shape = body[2]
-        if not (type(shape) is list and all(type(s) is int and s >= 0 for s in shape)):
-            raise ProtocolError("bad array shape")
-        if math.prod(shape) * dtype.itemsize != len(raw):
-            raise ProtocolError("array size does not match its bytes")
-        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    if tag in ("t", "d", "s", "sl"):
+        return _container(tag, data, blobs, codec, depth)
+    if type(tag) is not str:
+        raise ProtocolError("malformed value")
+    return codec.decode_tag(tag, data, blobs, depth)
+
+
+def _container(tag: str, data: dict, blobs: list[bytes], codec: Codec, depth: int) -> Any:
+    """A tuple, dict, set or slice, its items decoded."""
+    body = data[tag]
+    if type(body) is not list:
+        raise ProtocolError(f"malformed {_CONTAINERS[tag]}")
     if tag == "t":
-        if type(body) is not list:
-            raise ProtocolError("malformed tuple")
         return tuple(decode(v, blobs, codec, depth + 1) for v in body)
-    if tag == "d":
-        if type(body) is not list:
-            raise ProtocolError("malformed dict")
-        out = {}
-        for pair in body:
-            if type(pair) is not list or len(pair) != 2:
-                raise ProtocolError("malformed dict item")
-            key = decode(pair[0], blobs, codec, depth + 1)
-            try:
-                out[key] = decode(pair[1], blobs, codec, depth + 1)
-            except TypeError:
-                raise ProtocolError("unhashable dict key") from None
-        return out
+    if tag == "sl":
+        if len(body) != 3:
+            raise ProtocolError("malformed slice")
+        return slice(*(decode(x, blobs, codec, depth + 1) for x in body))
     if tag == "s":
-        if type(body) is not list:
-            raise ProtocolError("malformed set")
         try:
             items = [decode(v, blobs, codec, depth + 1) for v in body]
             return frozenset(items) if data.get("frozen") is True else set(items)
         except TypeError:
             raise ProtocolError("unhashable set item") from None
-    if tag == "c":
-        if not (type(body) is list and len(body) == 2 and all(type(x) is float for x in body)):
-            raise ProtocolError("malformed complex")
-        return complex(body[0], body[1])
-    if tag == "b":
-        return bytes(_blob(blobs, body))
-    if tag == "sz":
-        if not (type(body) is list and all(type(s) is int for s in body)):
-            raise ProtocolError("malformed size")
-        return torch.Size(body)
-    if tag == "dt":
-        if body not in DTYPES:
-            raise ProtocolError("bad dtype")
-        return DTYPES[body]
-    if tag == "dev":
-        if body not in ("cpu", "cuda", "mps") and not (
-            isinstance(body, str) and body.startswith("cuda:") and body[5:].isdigit()
-        ):
-            raise ProtocolError("bad device")
-        return torch.device(body)
-    if tag == "sl":
-        if not (type(body) is list and len(body) == 3):
-            raise ProtocolError("malformed slice")
-        return slice(*(decode(x, blobs, codec, depth + 1) for x in body))
-    if tag == "el":
-        return Ellipsis
-    if type(tag) is not str:
-        raise ProtocolError("malformed value")
-    return codec.decode_tag(tag, data, blobs, depth)
+    out = {}
+    for pair in body:
+        if type(pair) is not list or len(pair) != 2:
+            raise ProtocolError("malformed dict item")
+        key = decode(pair[0], blobs, codec, depth + 1)
+        try:
+            out[key] = decode(pair[1], blobs, codec, depth + 1)
+        except TypeError:
+            raise ProtocolError("unhashable dict key") from None
+    return out
+
+
+_CONTAINERS = {"t": "tuple", "d": "dict", "s": "set", "sl": "slice"}
+
+
+def _special_float(body: Any, blobs: list[bytes]) -> float:
+    if body not in ("nan", "inf", "-inf"):
+        raise ProtocolError("bad float")
+    return float(body)
+
+
+def _array(body: Any, blobs: list[bytes]) -> np.ndarray:
+    if not (type(body) is list and len(body) == 3 and body[1] in NP_DTYPES):
+        raise ProtocolError("malformed array")
+    dtype = NP_DTYPES[body[1]]
+    raw = _blob(blobs, body[0])
+    shape = body[2]
+    if not (type(shape) is list and all(type(s) is int and s >= 0 for s in shape)):
+        raise ProtocolError("bad array shape")
+    if math.prod(shape) * dtype.itemsize != len(raw):
+        raise ProtocolError("array size does not match its bytes")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def _complex(body: Any, blobs: list[bytes]) -> complex:
+    if not (type(body) is list and len(body) == 2 and all(type(x) is float for x in body)):
+        raise ProtocolError("malformed complex")
+    return complex(body[0], body[1])
+
+
+def _size(body: Any, blobs: list[bytes]) -> torch.Size:
+    if not (type(body) is list and all(type(s) is int for s in body)):
+        raise ProtocolError("malformed size")
+    return torch.Size(body)
+
+
+def _dtype(body: Any, blobs: list[bytes]) -> torch.dtype:
+    if body not in DTYPES:
+        raise ProtocolError("bad dtype")
+    return DTYPES[body]
+
+
+def _device(body: Any, blobs: list[bytes]) -> torch.device:
+    if body not in ("cpu", "cuda", "mps") and not (
+        isinstance(body, str) and body.startswith("cuda:") and body[5:].isdigit()
+    ):
+        raise ProtocolError("bad device")
+    return torch.device(body)
+
+
+_LEAVES: dict[str, Callable[[Any, list[bytes]], Any]] = {
+    "f": _special_float,
+    "N": _array,
+    "c": _complex,
+    "b": lambda body, blobs: bytes(_blob(blobs, body)),
+    "sz": _size,
+    "dt": _dtype,
+    "dev": _device,
+    "el": lambda body, blobs: Ellipsis,
+}
 
 
 # -- framing -----------------------------------------------------------------------------------
