@@ -157,7 +157,7 @@ def record(**values: float) -> None:
     - glued into the notebook's output under its name (myst-nb's glue format,
       hidden in Jupyter and Colab), so that the chapter's Markdown quotes it as
       ``{glue:text}`acc_local:.2f``` and an erratum as
-      ``{glue:text}`/notebooks/ch02_attention_seq2seq::acc_local:.2f```: the
+      ``{glue:text}`/notebooks/ch02_attention_seq2seq.ipynb::acc_local:.2f```: the
       page shows the number this run computed, never a retyped one;
     - appended to the sweep's results file when ``course_lib.sweep`` runs the
       notebook (outside a sweep, nothing is written).

@@ -247,7 +247,7 @@ class Converter:
         doc, spec = self.doc, content
         if "::" in content:
             doc, spec = content.split("::", 1)
-            doc = doc.lstrip("/")
+            doc = doc.lstrip("/").removesuffix(".ipynb")
         key, _, fmt = spec.partition(":")
         text = self.values.get(doc, {}).get(key)
         if text is None:
