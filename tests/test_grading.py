@@ -45,7 +45,7 @@ SOLUTION_FILES = sorted(SOLUTIONS.glob("*.ipynb"))
 LSTM = "ch01-lstm-cell"
 
 
-def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def _cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-m", "course_lib.grading", *args],
@@ -53,7 +53,7 @@ def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
 
 

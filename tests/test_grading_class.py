@@ -19,10 +19,8 @@ from __future__ import annotations
 import copy
 import csv
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -31,7 +29,7 @@ import pytest
 
 from course_lib.grading import cgroup, gradebook, gradescope, late, overrides, roster
 from course_lib.grading.notebook import read_notebook
-from tests.test_grading import _code_cell
+from tests.test_grading import _cli, _code_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = ROOT / "tests" / "fixtures" / "hidden_examples"
@@ -204,15 +202,7 @@ def graded(tmp_path_factory):
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.grading", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return _cli(*args, cwd=cwd, timeout=900)  # a whole class: more time than one file
 
 
 def _by_student(graded) -> dict[str, dict]:
