@@ -46,7 +46,7 @@ from course_lib.runtime import (
 )
 from course_lib.show import html_table, max_diff, moving_average, show_source
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "get_device",

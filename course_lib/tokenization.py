@@ -46,9 +46,12 @@ overlapping vocabulary, as the tests show.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
+import sys
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,18 +71,64 @@ __all__ = [
     "train_unigram",
 ]
 
-#: How text is cut into words before BPE: runs of word characters, or runs of
-#: punctuation; whitespace is dropped (``tokenizers.pre_tokenizers.Whitespace``).
-WORD_PATTERN = re.compile(r"\w+|[^\w\s]+")
+#: Unicode's "Other_Alphabetic" characters that are symbols (So): circled,
+#: parenthesised and squared Latin letters. Alphabetic, so word characters.
+_OTHER_ALPHABETIC_SYMBOLS = (
+    (0x24B6, 0x24E9),
+    (0x1F130, 0x1F149),
+    (0x1F150, 0x1F169),
+    (0x1F170, 0x1F189),
+)
+#: Unicode's White_Space property (Python's ``str.isspace`` also counts U+001C-U+001F).
+_WHITE_SPACE = (
+    (0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+    (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
+)  # fmt: skip
+
+
+def _is_word_character(code: int) -> bool:
+    """Unicode's ``\\w`` (UTS #18), as the Rust regex of ``tokenizers`` reads it:
+    Alphabetic, Mark, Decimal_Number, Connector_Punctuation or Join_Control. Python's
+    ``\\w`` differs: it takes every number (``½``, ``²``) and no mark (combining accents)."""
+    category = unicodedata.category(chr(code))
+    if category[0] in "LM" or category in ("Nd", "Nl", "Pc") or code in (0x200C, 0x200D):
+        return True
+    return category == "So" and any(a <= code <= b for a, b in _OTHER_ALPHABETIC_SYMBOLS)
+
+
+def _character_class(ranges: Iterable[tuple[int, int]]) -> str:
+    return "".join(f"\\U{a:08x}" + (f"-\\U{b:08x}" if b > a else "") for a, b in ranges)
+
+
+@functools.cache
+def word_pattern() -> re.Pattern:
+    """How text is cut into words before BPE: runs of word characters, or runs of
+    anything else but whitespace, which is dropped; the pattern ``\\w+|[^\\w\\s]+`` of
+    ``tokenizers.pre_tokenizers.Whitespace`` with Unicode's meaning of ``\\w`` and ``\\s``.
+    Built once, from Python's Unicode tables (about half a second)."""
+    word, start = [], None
+    for code in range(sys.maxunicode + 2):
+        if code <= sys.maxunicode and _is_word_character(code):
+            start = code if start is None else start
+        elif start is not None:
+            word.append((start, code - 1))
+            start = None
+    w, s = _character_class(word), _character_class(_WHITE_SPACE)
+    return re.compile(f"[{w}]+|[^{w}{s}]+")
 
 
 def pre_tokenize(text: str) -> list[str]:
-    """Cut ``text`` into words and punctuation runs, whitespace dropped.
+    """Cut ``text`` into words and punctuation runs, whitespace dropped, exactly as
+    ``tokenizers.pre_tokenizers.Whitespace`` does (on every assigned Unicode character).
 
     >>> pre_tokenize("To be, or not to be?")
     ['To', 'be', ',', 'or', 'not', 'to', 'be', '?']
+    >>> pre_tokenize("½ x² café")  # numbers other than digits are not word characters
+    ['½', 'x', '²', 'café']
     """
-    return WORD_PATTERN.findall(text)
+    if not isinstance(text, str):
+        raise TypeError(f"pre_tokenize takes a str, got {type(text).__name__}")
+    return word_pattern().findall(text)
 
 
 def word_counts(text: str | Iterable[str]) -> Counter[str]:

@@ -13,7 +13,9 @@ With ``COURSE_REQUIRE_GPU=1`` (the GPU workflow), the plugin also asks each
 notebook's kernel, after its last cell, how much CUDA memory it allocated,
 and fails the notebook when the answer is zero: it silently ran on the CPU.
 A notebook with no tensor work opts out with the notebook metadata
-``{"course": {"cpu_only": true}}``.
+``{"course": {"cpu_only": true}}``. ``COURSE_NO_EXEC_CACHE=1`` skips the cache
+(``tools/gpu_check.sh`` runs notebooks in parallel workers, which would share
+one sqlite file).
 
 The widget state is rebuilt from the kernel's comm messages the same way
 nbclient does (``comm_open`` gives a model's state, ``comm_msg`` updates it),
@@ -137,7 +139,7 @@ def pytest_runtest_call(item):
     if item.cell_num == record.code_cells - 1 and not record.failed:
         if os.environ.get("COURSE_REQUIRE_GPU") == "1":
             _check_gpu_was_used(item)
-        if len(record.outputs) == record.code_cells:
+        if len(record.outputs) == record.code_cells and not os.environ.get("COURSE_NO_EXEC_CACHE"):
             _store(record)
 
 

@@ -257,3 +257,23 @@ def test_every_chapter_ends_with_what_to_remember_and_its_exercises(chapter):
         f"{chapter.name}: the cell before the exercises must be the chapter's short summary, "
         "starting with '## What to remember'"
     )
+
+
+def test_release_metadata_agrees():
+    """One version everywhere: pyproject.toml, course_lib.__version__, CITATION.cff, and a
+    CHANGELOG.md section for it (the release workflow tags vX.Y.Z from these)."""
+    import tomllib
+
+    import course_lib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert course_lib.__version__ == version
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["version"] == version and cff["cff-version"] == "1.2.0"
+    assert re.search(
+        rf"^## \[{re.escape(version)}\] - \d{{4}}-\d\d-\d\d$",
+        (ROOT / "CHANGELOG.md").read_text(),
+        re.M,
+    ), "CHANGELOG.md: no section"
+    licence = (ROOT / "LICENSE").read_text()
+    assert "MIT License" in licence and "CC BY 4.0" in licence

@@ -15,7 +15,9 @@ from tests.conftest import ROOT
 
 
 @pytest.fixture
-def restore_seed():
+def restore_seed(monkeypatch):
+    # The GPU workflow sets COURSE_REQUIRE_GPU=1; these tests pick the CPU on purpose.
+    monkeypatch.delenv("COURSE_REQUIRE_GPU", raising=False)
     yield
     runtime._notebook_seed = 0
 
@@ -60,6 +62,25 @@ def test_record_writes_only_inside_a_sweep(tmp_path, monkeypatch):
     assert json.loads(out.read_text()) == {"acc": 0.25, "n": 3.0}
     with pytest.raises(TypeError, match=r"record\(acc=\.\.\.\) takes a number"):
         course_lib.record(acc="high")
+
+
+def test_record_glues_each_value_for_the_book_in_a_kernel():
+    """In a notebook, record() leaves myst-nb glue that {glue:text} reads, hidden from
+    Jupyter and Colab (no plain text/plain output), and exactly one entry per value."""
+    import nbformat
+    from myst_nb.ext.glue import extract_glue_data_cell
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import course_lib\ncourse_lib.record(acc=0.75, n=3)")]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    assert all("text/plain" not in o.get("data", {}) for o in outputs), outputs
+    glued = dict(extract_glue_data_cell(nb.cells[0]))
+    assert set(glued) == {"acc", "n"}
+    assert float(glued["acc"]["data"]["text/plain"]) == 0.75
+    assert float(glued["n"]["data"]["text/plain"]) == 3.0
+    course_lib.record(acc=0.5)  # outside a kernel: nothing displayed, no error
 
 
 def test_summarize_results_gives_mean_std_and_range():
@@ -122,3 +143,72 @@ def test_run_notebook_names_a_cell_past_its_time_limit(tmp_path):
     row = sweep.run_notebook(path, seed=0, threads=1, timeout=2)
     assert not row["ok"]
     assert "code cell 1 ran past the per-cell time limit" in row["error"], row["error"]
+
+
+def test_gpu_summary_reads_a_pass_and_the_status_page_renders_it(tmp_path):
+    """tools/gpu_summary.py turns gpu_check.sh's logs into the status page's table."""
+    spec = importlib.util.spec_from_file_location("gpu_summary", ROOT / "tools/gpu_summary.py")
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    (tmp_path / "gpu.txt").write_text("NVIDIA H200, 580.1, 143771 MiB\n")
+    (tmp_path / "notebooks.log").write_text(
+        "___ notebooks/a.ipynb::Cell 3 ___\n"
+        "---> 20 assert 1.6 < time_exp < 3.0\n"
+        "AssertionError: \n"
+        "___ solutions/b.ipynb::Cell 7 ___\n"
+        "pytest plugin exception: b.ipynb allocated no CUDA memory: it ran on the CPU\n"
+        "===== slowest durations =====\n"
+        "2.50s call     notebooks/a.ipynb::Cell 0\n"
+        "1.00s call     notebooks/a.ipynb::Cell 3\n"
+        "4.00s call     solutions/b.ipynb::Cell 0\n"
+        "3.00s call     notebooks/c.ipynb::Cell 0\n"
+        "2 failed, 5 passed in 9.1s\n"
+    )
+    (tmp_path / "unit.log").write_text(
+        "FAILED tests/t.py::test_x[1] - ImportError: no\nFAILED tests/t.py::test_x[2]\n"
+        "2 failed, 9 passed in 1.0s\n"
+    )
+    data = summary.summarize(tmp_path, workers=4)
+    rows = {r["notebook"]: r for r in data["notebooks"]}
+    assert rows["notebooks/a.ipynb"]["seconds"] == 3.5
+    assert rows["notebooks/a.ipynb"]["failures"] == [
+        "Cell 3: AssertionError: assert 1.6 < time_exp < 3.0"
+    ]
+    assert rows["solutions/b.ipynb"]["failures"] == [
+        "Cell 7: allocated no CUDA memory (ran on the CPU)"
+    ]
+    assert rows["notebooks/c.ipynb"]["ok"] and not rows["notebooks/a.ipynb"]["ok"]
+    assert data["notebook_counts"] == {"passed": 5, "failed": 2, "skipped": 0}
+    assert data["unit_failures"] == ["tests/t.py::test_x (2 cases)"]
+
+    spec = importlib.util.spec_from_file_location("course_book", ROOT / "book/_ext/course_book.py")
+    book = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book)
+    page = book._gpu_run_table(data)
+    assert "NVIDIA H200" in page and "allocated no CUDA memory" in page
+    assert page.count("<tr>") == 1 + 3  # header and one row per notebook
+    assert "test_x (2 cases)" in page
+    assert "No GPU pass" in book._gpu_run_table({})
+
+
+def test_status_page_renders_the_colab_run():
+    spec = importlib.util.spec_from_file_location("course_book", ROOT / "book/_ext/course_book.py")
+    book = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book)
+    data = {
+        "date": "2026-11-26 20:00 UTC",
+        "environment": "Python 3.13, torch 2.11.0",
+        "hardware": "x86_64, 2 CPU cores",
+        "notebooks": {
+            "notebooks/a.ipynb": 10.0,
+            "notebooks/b.ipynb": 70.0,
+            "notebooks/c.ipynb": 20.0,
+        },
+    }
+    page = book._colab_run_table(data)
+    assert "Median 20 s over 3 notebooks" in page
+    assert "over the 60 s budget: notebooks/b.ipynb" in page
+    assert page.count("over budget</td>") == 1
+    data["notebooks"]["notebooks/b.ipynb"] = 50.0
+    assert "every one within the 60 s budget" in book._colab_run_table(data)
+    assert "No run" in book._colab_run_table({})

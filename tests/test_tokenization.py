@@ -316,3 +316,51 @@ def test_ppmi_svd_finds_related_words():
         torch.set_num_threads(threads)
     top, _ = E.nearest_neighbours(vectors, vectors[index["thou"]], k=6)
     assert {"thyself", "art", "dost"} <= {common[i] for i in top.tolist()}
+
+
+# ---------------------------------------------------------------------------
+# pre_tokenize against tokenizers' Whitespace, on arbitrary Unicode text
+# ---------------------------------------------------------------------------
+
+
+def _assigned(c: str) -> bool:
+    """Characters both Unicode tables know: Python's (unicodedata) and the Rust regex's of
+    `tokenizers`. A code point unassigned in either has no agreed category to match."""
+    import unicodedata
+
+    return unicodedata.category(c) not in ("Cn", "Cs", "Co")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["½ x² ¾", "①②③ ⑴", "cafe\u0301 nai\u0308ve", "a\u200db\u200cc", "Ⓐⓑ 🄰", "x\u00a0y\u2028z",
+     "\x1c\x1fa", "٣٤ ४२", "Ⅻ ⅻ", "snake_case", "«quoted» — dash"],
+)  # fmt: skip
+def test_pre_tokenize_splits_unicode_as_tokenizers(text):
+    """Cases where Python's \\w and \\s disagree with Unicode's (and tokenizers')."""
+    from tokenizers.pre_tokenizers import Whitespace
+
+    assert pre_tokenize(text) == [w for w, _ in Whitespace().pre_tokenize_str(text)]
+
+
+def test_pre_tokenize_matches_tokenizers_on_arbitrary_text():
+    """Property test: any text of assigned characters, every general category."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from tokenizers.pre_tokenizers import Whitespace
+
+    whitespace = Whitespace()
+    characters = st.characters(codec="utf-8").filter(_assigned)
+    mixed = st.one_of(characters, st.sampled_from(list(" \t\n\u00a0\u3000ab_1,.!")))
+
+    @settings(max_examples=2000, deadline=None, derandomize=True)
+    @given(st.text(mixed, max_size=24))
+    def check(text):
+        assert pre_tokenize(text) == [w for w, _ in whitespace.pre_tokenize_str(text)]
+
+    check()
+
+
+def test_pre_tokenize_rejects_non_text():
+    with pytest.raises(TypeError, match="takes a str"):
+        pre_tokenize(b"bytes")

@@ -15,6 +15,14 @@
   each row the median of ours and of the trusted peer, their ratio with its
   spread over rounds, the goal and whether it is met, with the date and the
   hardware line of the run.
+- The ``course-gpu-run`` directive renders the last GPU pass
+  (``book/gpu_run.json``, written by ``tools/gpu_check.sh`` through
+  ``tools/gpu_summary.py``): the GPU, each notebook's seconds and verdict with
+  the reason of every failing cell, and the library tests' counts.
+- The ``course-colab-run`` directive renders each chapter's seconds in the
+  Colab-like environment of ``tests/test_colab.py`` (``book/colab_run.json``,
+  written with ``COLAB_ALL_CHAPTERS=1 COLAB_TIMES=...``), with the machine and
+  the environment, against the 60 s budget.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -34,6 +42,8 @@ from sphinx.util.docutils import SphinxDirective
 BUDGET_SECONDS = 60.0
 SWEEP_FILE = Path(__file__).resolve().parents[1] / "sweep.json"
 BENCHMARKS_FILE = Path(__file__).resolve().parents[1] / "benchmarks.json"
+GPU_RUN_FILE = Path(__file__).resolve().parents[1] / "gpu_run.json"
+COLAB_RUN_FILE = Path(__file__).resolve().parents[1] / "colab_run.json"
 
 
 class CourseHardware(SphinxDirective):
@@ -218,6 +228,84 @@ class CourseBenchmarks(SphinxDirective):
         return [nodes.raw("", _benchmark_table(data), format="html")]
 
 
+def _gpu_run_table(data: dict) -> str:
+    """The last GPU pass: one row per notebook, its seconds and verdict."""
+    if not data:
+        return "<p>No GPU pass has been recorded yet.</p>"
+    esc = html.escape
+    nb, unit = data["notebook_counts"], data["unit_counts"]
+    intro = (
+        f"<p>GPU pass of {esc(data['date'])} on {esc(data['gpu'])} "
+        f"({esc(data.get('python_torch', ''))}; commit {esc(data.get('commit', '?'))}), "
+        f"{data['workers']} notebooks at a time: notebook cells {nb['passed']} passed, "
+        f"{nb['failed']} failed; library tests {unit['passed']} passed, {unit['failed']} failed."
+        " Seconds are summed cell times while the notebooks shared the machine.</p>"
+    )
+    body = []
+    for row in data["notebooks"]:
+        verdict = "passed" if row["ok"] else "<br>".join(esc(f) for f in row["failures"])
+        body.append(
+            f"<tr><td>{esc(row['notebook'])}</td><td>{row['seconds']:.1f}</td>"
+            f"<td>{verdict}</td></tr>"
+        )
+    unit_rows = "".join(f"<li>{esc(name)}</li>" for name in data.get("unit_failures", []))
+    return (
+        intro
+        + "<table class='course-gpu-run'><thead><tr><th>notebook</th><th>seconds</th>"
+        + f"<th>result</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+        + (f"<p>Failed library tests:</p><ul>{unit_rows}</ul>" if unit_rows else "")
+    )
+
+
+class CourseGpuRun(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(GPU_RUN_FILE))
+        data = json.loads(GPU_RUN_FILE.read_text()) if GPU_RUN_FILE.exists() else {}
+        return [nodes.raw("", _gpu_run_table(data), format="html")]
+
+
+def _colab_run_table(data: dict) -> str:
+    """Each chapter's seconds in the Colab-like environment, against the budget."""
+    if not data.get("notebooks"):
+        return "<p>No run in the Colab-like environment has been recorded yet.</p>"
+    esc = html.escape
+    rows = sorted(data["notebooks"].items())
+    times = sorted(seconds for _, seconds in rows)
+    median = times[len(times) // 2] if len(times) % 2 else sum(times[len(times) // 2 - 1 :][:2]) / 2
+    over = [name for name, seconds in rows if seconds > BUDGET_SECONDS]
+    intro = (
+        f"<p>Run of {esc(data['date'])} in {esc(data['environment'])}, on "
+        f"{esc(data['hardware'])}. Median {median:.0f} s over {len(rows)} notebooks; "
+        + (
+            f"over the {BUDGET_SECONDS:.0f} s budget: {esc(', '.join(over))}."
+            if over
+            else f"every one within the {BUDGET_SECONDS:.0f} s budget."
+        )
+        + "</p>"
+    )
+    body = "".join(
+        f"<tr><td>{esc(name)}</td><td>{seconds:.1f}</td>"
+        f"<td>{'over budget' if seconds > BUDGET_SECONDS else 'ok'}</td></tr>"
+        for name, seconds in rows
+    )
+    return (
+        intro
+        + "<table class='course-colab-run'><thead><tr><th>notebook</th><th>seconds</th>"
+        + f"<th>budget</th></tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+class CourseColabRun(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(COLAB_RUN_FILE))
+        data = json.loads(COLAB_RUN_FILE.read_text()) if COLAB_RUN_FILE.exists() else {}
+        return [nodes.raw("", _colab_run_table(data), format="html")]
+
+
 def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -239,6 +327,8 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("course-heavy-notebooks", CourseHeavyNotebooks)
     app.add_directive("course-sweep", CourseSweep)
     app.add_directive("course-benchmarks", CourseBenchmarks)
+    app.add_directive("course-gpu-run", CourseGpuRun)
+    app.add_directive("course-colab-run", CourseColabRun)
     app.add_node(_HeavyNotebooks)
     app.add_post_transform(_FillHeavyNotebooks)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
