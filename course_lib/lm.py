@@ -136,6 +136,14 @@ def train_lm(
     return train(model, make_batch, lm_loss, steps, lr, progress=progress, desc=desc, **kwargs)
 
 
+def _clip_each(stacked: list[Tensor], clip_norm: float) -> None:
+    """Clip the gradient of each model ``s`` (index 0 of every tensor) to norm ``clip_norm``, (9.4)."""
+    norm = torch.stack([p.grad.flatten(1).square().sum(1) for p in stacked]).sum(0).sqrt()  # [S]
+    factor = (clip_norm / (norm + 1e-6)).clamp(max=1.0)  # as nn.utils.clip_grad_norm_
+    for p in stacked:
+        p.grad.mul_(factor.view(-1, *[1] * (p.dim() - 1)))
+
+
 def _vmappable(base: nn.Module, params: dict, buffers: dict, x: Tensor) -> bool:
     """Whether ``base`` runs under ``vmap`` (no data-dependent Python control flow)."""
     try:
@@ -165,18 +173,16 @@ def train_lm_seeds(
 ) -> Tensor:
     """:func:`train_lm` for ``S`` models of one architecture at once; losses ``[steps, S]``.
 
-    Model ``s`` is trained exactly as ``train_lm(models[s], data, steps, seed=seeds[s])``
-    would train it (its own windows, AdamW, its own gradient norm clipped to
-    ``clip_norm``, eq. (9.4)), but the ``S`` copies run as one model with a leading
-    seed dimension: their parameters are stacked (``torch.func.stack_module_state``)
-    and the forward pass is ``vmap``-ed over them, so each step costs about one
-    model's Python overhead instead of ``S``.  AdamW is elementwise, so one
-    optimizer over the stacked tensors is ``S`` independent ones.  A model that
-    cannot run under ``vmap`` (data-dependent control flow, e.g. attention that
-    must return its weights) is trained copy after copy, with the same result.
-    ``after_backward(params)`` sees the stacked parameters (name -> ``[S, ...]``,
-    with ``.grad`` before clipping) after every backward pass.  The trained
-    weights are copied back into ``models``.
+    Model ``s`` is trained as ``train_lm(models[s], data, steps, seed=seeds[s])`` would
+    train it (its own windows, AdamW, its own gradient clipped to ``clip_norm``,
+    eq. (9.4)), but the copies run as one model with a leading seed dimension: their
+    parameters are stacked (``torch.func.stack_module_state``) and the forward pass is
+    ``vmap``-ed, so a step pays one model's Python overhead, not ``S``.  AdamW is
+    elementwise: one optimizer over the stacked tensors is ``S`` independent ones.  A
+    model that cannot run under ``vmap`` (attention that must return its weights) is
+    trained copy after copy instead.  ``after_backward(params)`` sees the stacked
+    parameters (name -> ``[S, ...]``, ``.grad`` before clipping) after each backward
+    pass.  The trained weights are copied back into ``models``.
     """
     if len(models) < 1 or len(models) != len(seeds):
         raise ValueError(
@@ -185,38 +191,27 @@ def train_lm_seeds(
         )
     expect_positive("train_lm_seeds", steps=steps, block=block, batch_size=batch_size)
     device = next(models[0].parameters()).device
+    options = dict(block=block, batch_size=batch_size, lr=lr, progress=progress)
+    options |= dict(weight_decay=weight_decay, clip_norm=clip_norm)
     make = [
         batches(data, block, batch_size, generator=torch.Generator().manual_seed(s), device=device)
         for s in seeds
     ]
     params, buffers = stack_module_state(list(models))  # name -> [S, ...]
     base = copy.deepcopy(models[0]).to("meta")  # the architecture, without weights
-    for m in models:
+    for m in (*models, base):
         m.train()
-    base.train()
     probe = data[:2].expand(len(models), 1, 2).to(device)  # [S, 1, 2]
-    if not _vmappable(base, params, buffers, probe):
+    if not _vmappable(base, params, buffers, probe):  # one copy after the other
         losses = [
-            train_lm(
-                m,
-                data,
-                steps,
-                block=block,
-                batch_size=batch_size,
-                lr=lr,
-                seed=s,
-                weight_decay=weight_decay,
-                clip_norm=clip_norm,
-                progress=progress,
-                desc=f"{desc} (seed {s})",
-            )
+            train_lm(m, data, steps, seed=s, desc=f"{desc} (seed {s})", **options)
             for m, s in zip(models, seeds, strict=True)
         ]
         return torch.tensor(losses).T
     stacked = list(params.values())
     opt = torch.optim.AdamW(stacked, lr, weight_decay=weight_decay)
 
-    def forward(p: dict, b: dict, x: Tensor) -> Tensor:
+    def forward(p: dict, b: dict, x: Tensor) -> Tensor:  # one model: x [B, T]
         return functional_call(base, (p, b), (x,))
 
     losses = []
@@ -234,16 +229,13 @@ def train_lm_seeds(
         loss.sum().backward()  # the models share nothing: each gets its own gradient
         if after_backward is not None:
             after_backward(params)
-        norm = torch.stack([p.grad.flatten(1).square().sum(1) for p in stacked]).sum(0).sqrt()
-        factor = (clip_norm / (norm + 1e-6)).clamp(max=1.0)  # (9.4), per model  [S]
-        for p in stacked:
-            p.grad.mul_(factor.view(-1, *[1] * (p.dim() - 1)))
+        _clip_each(stacked, clip_norm)
         opt.step()
         losses.append(loss.detach())
-    with torch.no_grad():
-        for s, m in enumerate(models):
-            for name, p in m.named_parameters():
-                p.copy_(params[name][s])
+    with torch.no_grad():  # the trained weights back into the models
+        for name, p in params.items():
+            for s, m in enumerate(models):
+                m.get_parameter(name).copy_(p[s])
     return torch.stack(losses).cpu()
 
 
