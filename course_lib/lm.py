@@ -9,6 +9,8 @@ size:
   ``L = -1/T sum_t log p(x_{t+1} | x_{<=t})``;
 * :func:`train_lm`: the course's loop (:func:`course_lib.training.train`) on
   those windows with that loss;
+* :func:`train_lm_seeds`: the same training for several copies of one model
+  (one per seed) at once, as one model with a seed dimension (``torch.func.vmap``);
 * :func:`evaluate_lm`: the loss on consecutive held-out windows of one length,
   overall or per position (Chapter 8 measures extrapolation with it);
 * :class:`PositionalLM`: the small causal model of Chapter 8's experiment,
@@ -20,11 +22,15 @@ Chapter 11's GPT (:mod:`course_lib.gpt`) uses the same pieces.  Shapes:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import warnings
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+from tqdm.auto import trange
 
 from course_lib.positional import (
     POSITION_METHODS,
@@ -41,6 +47,7 @@ __all__ = [
     "batches",
     "lm_loss",
     "train_lm",
+    "train_lm_seeds",
     "evaluate_lm",
     "PositionalLM",
 ]
@@ -129,6 +136,109 @@ def train_lm(
     return train(model, make_batch, lm_loss, steps, lr, progress=progress, desc=desc, **kwargs)
 
 
+def _clip_each(stacked: list[Tensor], clip_norm: float) -> None:
+    """Clip the gradient of each model ``s`` (index 0 of every tensor) to norm ``clip_norm``, (9.4)."""
+    norm = torch.stack([p.grad.flatten(1).square().sum(1) for p in stacked]).sum(0).sqrt()  # [S]
+    factor = (clip_norm / (norm + 1e-6)).clamp(max=1.0)  # as nn.utils.clip_grad_norm_
+    for p in stacked:
+        p.grad.mul_(factor.view(-1, *[1] * (p.dim() - 1)))
+
+
+def _vmappable(base: nn.Module, params: dict, buffers: dict, x: Tensor) -> bool:
+    """Whether ``base`` runs under ``vmap`` (no data-dependent Python control flow)."""
+    try:
+        with torch.no_grad():
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*batching rule.*")
+                vmap(lambda p, b, xs: functional_call(base, (p, b), (xs,)))(params, buffers, x)
+    except RuntimeError:
+        return False
+    return True
+
+
+def train_lm_seeds(
+    models: Sequence[nn.Module],
+    data: Tensor,
+    steps: int,
+    *,
+    seeds: Sequence[int],
+    block: int = 64,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    weight_decay: float = 0.01,
+    clip_norm: float = 1.0,
+    after_backward: Callable[[dict[str, Tensor]], None] | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> Tensor:
+    """:func:`train_lm` for ``S`` models of one architecture at once; losses ``[steps, S]``.
+
+    Model ``s`` is trained as ``train_lm(models[s], data, steps, seed=seeds[s])`` would
+    train it (its own windows, AdamW, its own gradient clipped to ``clip_norm``,
+    eq. (9.4)), but the copies run as one model with a leading seed dimension: their
+    parameters are stacked (``torch.func.stack_module_state``) and the forward pass is
+    ``vmap``-ed, so a step pays one model's Python overhead, not ``S``.  AdamW is
+    elementwise: one optimizer over the stacked tensors is ``S`` independent ones.  A
+    model that cannot run under ``vmap`` (attention that must return its weights) is
+    trained copy after copy instead.  ``after_backward(params)`` sees the stacked
+    parameters (name -> ``[S, ...]``, ``.grad`` before clipping) after each backward
+    pass.  The trained weights are copied back into ``models``.
+    """
+    if len(models) < 1 or len(models) != len(seeds):
+        raise ValueError(
+            f"train_lm_seeds: need one seed per model, got {len(models)} models "
+            f"and {len(seeds)} seeds"
+        )
+    expect_positive("train_lm_seeds", steps=steps, block=block, batch_size=batch_size)
+    device = next(models[0].parameters()).device
+    options = dict(block=block, batch_size=batch_size, lr=lr, progress=progress)
+    options |= dict(weight_decay=weight_decay, clip_norm=clip_norm)
+    make = [
+        batches(data, block, batch_size, generator=torch.Generator().manual_seed(s), device=device)
+        for s in seeds
+    ]
+    params, buffers = stack_module_state(list(models))  # name -> [S, ...]
+    base = copy.deepcopy(models[0]).to("meta")  # the architecture, without weights
+    for m in (*models, base):
+        m.train()
+    probe = data[:2].expand(len(models), 1, 2).to(device)  # [S, 1, 2]
+    if not _vmappable(base, params, buffers, probe):  # one copy after the other
+        losses = [
+            train_lm(m, data, steps, seed=s, desc=f"{desc} (seed {s})", **options)
+            for m, s in zip(models, seeds, strict=True)
+        ]
+        return torch.tensor(losses).T
+    stacked = list(params.values())
+    opt = torch.optim.AdamW(stacked, lr, weight_decay=weight_decay)
+
+    def forward(p: dict, b: dict, x: Tensor) -> Tensor:  # one model: x [B, T]
+        return functional_call(base, (p, b), (x,))
+
+    losses = []
+    for _ in trange(steps, desc=desc, disable=not progress, mininterval=0.5):
+        xs, ys = zip(*(mk() for mk in make), strict=True)
+        x, y = torch.stack(xs), torch.stack(ys)  #                            [S, B, T]
+        with warnings.catch_warnings():  # torch has no batched fused attention on the CPU yet
+            warnings.filterwarnings("ignore", message=".*batching rule.*")
+            logits = vmap(forward)(params, buffers, x)  #                     [S, B, T, V]
+        nll = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
+        loss = nll.view(len(models), -1).mean(1)  # (11.1), one per model     [S]
+        if not torch.isfinite(loss).all():
+            raise FloatingPointError(f"train_lm_seeds: loss became {loss.tolist()}")
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()  # the models share nothing: each gets its own gradient
+        if after_backward is not None:
+            after_backward(params)
+        _clip_each(stacked, clip_norm)
+        opt.step()
+        losses.append(loss.detach())
+    with torch.no_grad():  # the trained weights back into the models
+        for name, p in params.items():
+            for s, m in enumerate(models):
+                m.get_parameter(name).copy_(p[s])
+    return torch.stack(losses).cpu()
+
+
 @torch.no_grad()
 def evaluate_lm(
     model: nn.Module,
@@ -201,7 +311,13 @@ class PositionalLM(nn.Module):
     sinusoidal table has unit amplitude (row norm ``sqrt(D/2)``): position
     outweighs token ``1 / (0.02 sqrt(2))``, about 35 to 1 in norm, at the start.
     ``position_scale`` multiplies the sinusoidal table (Chapter 7's control:
-    ``0.02 * sqrt(2)`` gives both the same row norm).  ``offset`` numbers the
+    ``0.02 * sqrt(2)`` gives both the same row norm).  ``token_init_std`` and
+    ``token_scale`` set the embeddings' initial std and a factor they are
+    multiplied by in the forward pass: ``token_init_std = D ** -0.5`` with
+    ``token_scale = D ** 0.5`` is the original Transformer's balance (embeddings of
+    std ``D ** -0.5``, as in its reference code, multiplied by ``sqrt(D)``,
+    Vaswani et al. section 3.4), where a token's row has norm about ``sqrt(D)``
+    against the table's ``sqrt(D/2)``.  ``offset`` numbers the
     tokens ``offset .. offset + T - 1`` for the absolute methods; the relative
     methods see only offsets ``j - i``, which a shift does not change.
     """
@@ -219,8 +335,16 @@ class PositionalLM(nn.Module):
         t5_num_buckets: int = 32,
         t5_max_distance: int = 128,
         position_scale: float = 1.0,
+        token_init_std: float = 0.02,
+        token_scale: float = 1.0,
     ) -> None:
         super().__init__()
+        if not (token_init_std > 0 and token_scale > 0):
+            raise ValueError(
+                f"PositionalLM: token_init_std and token_scale must be > 0, got "
+                f"{token_init_std} and {token_scale}"
+            )
+        self.token_scale = token_scale
         if position_scale != 1.0 and method != "sinusoidal":
             raise ValueError(
                 f"PositionalLM: position_scale scales the sinusoidal table; method {method!r} "
@@ -240,7 +364,7 @@ class PositionalLM(nn.Module):
             )
         self.method, self.d_model = method, d_model
         self.embed = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.embed.weight, std=0.02)
+        nn.init.normal_(self.embed.weight, std=token_init_std)
         self.positions = LearnedPositions(max_len, d_model) if method == "learned" else None
         options = dict(
             shaw_max_distance=shaw_max_distance,
@@ -264,6 +388,8 @@ class PositionalLM(nn.Module):
             raise ValueError(f"PositionalLM: offset must be an int >= 0, got {offset!r}")
         length = ids.shape[1]
         x = self.embed(ids)  #                                                 [B, T, D]
+        if self.token_scale != 1.0:
+            x = x * self.token_scale  # Vaswani et al.'s sqrt(D), when asked for
         if self.method == "learned":
             x = x + self.positions(length, offset)  # Chapter 7, (7.3); raises beyond max_len
         elif self.method == "sinusoidal":
