@@ -41,7 +41,6 @@ __all__ = [
     "MixedPrecision",
     "rng_state",
     "set_rng_state",
-    "amp_needs_scaler",
 ]
 
 
