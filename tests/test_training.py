@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -105,6 +106,22 @@ def test_the_core_loop_returns_one_loss_per_step_and_updates_the_weights():
     model.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         train(model, _make_batch, _loss, steps=1, progress=False)
+
+
+def test_the_default_optimizer_is_torch_adamw_to_the_bit():
+    # train's AdamW runs foreach (fewer Python calls per step); the weights must be
+    # exactly those of torch.optim.AdamW's default, so no chapter's numbers move.
+    torch.manual_seed(0)
+    ours = _model()
+    theirs = copy.deepcopy(ours)
+    torch.manual_seed(1)
+    train(ours, _make_batch, _loss, 20, 1e-2, weight_decay=0.1, progress=False)
+    torch.manual_seed(1)
+    train(theirs, _make_batch, _loss, 20, 1e-2, progress=False,
+          optimizer=lambda p: torch.optim.AdamW(p, 1e-2, weight_decay=0.1))  # fmt: skip
+    assert all(
+        torch.equal(a, b) for a, b in zip(ours.parameters(), theirs.parameters(), strict=True)
+    )
 
 
 def test_the_loop_stops_on_a_non_finite_loss():
