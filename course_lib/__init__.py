@@ -14,7 +14,8 @@ implements.  Notebooks import from here and show the source with
 ``tokenization``   byte-pair encoding, WordPiece (Ch. 5), Unigram (Ch. 5, 12)
 ``positional``     absolute (Ch. 7) and relative (Ch. 8) positions, as attention hooks
 ``lm``             character language models: data, loss, training, evaluation (Ch. 8, 9, 11)
-``training``       the training loop (Ch. 1) and Chapter 9's callbacks and practices
+``training``       the training loop (Ch. 1) and Chapter 9's practices
+``callbacks``      schedules, early stopping, checkpoints, mixed precision in the loop (Ch. 9)
 ``distributed``    data-parallel training with two processes (Ch. 9)
 ``timeseries``     temporal encodings, patching, a patch Transformer, linear baselines (Ch. 10)
 ``gpt``            GPT, sampling, LoRA, bottleneck adapters (Ch. 11)

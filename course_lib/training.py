@@ -1,24 +1,16 @@
-"""The course's training loop (Chapter 1) and what Chapter 9 adds to it.
+"""The course's training loop (Chapter 1) and the training practices of Chapter 9.
 
 :func:`train` is about thirty lines: it asks ``make_batch()`` for a batch at
 every step and ``loss_fn(model, batch)`` for a scalar loss, takes one optimizer
 step (AdamW by default) with the gradient norm clipped, and returns the loss of
 every step.  It knows nothing about the model or the data.
 
-Chapter 9's practices plug into the same loop as *callbacks*, small objects
-called before the first step, after every step and after the last
-(:class:`Callback`):
-
-* :class:`Schedule`: a learning-rate multiplier per step, for example
-  :func:`warmup_cosine` or :func:`warmup_inverse_sqrt`, eqs. (9.1)-(9.2);
-* :class:`EarlyStopping`: validation every few steps, stopping after
-  ``patience`` evaluations without improvement, best weights restored;
-* :class:`Checkpoint`: the model, optimizer, losses, callbacks' state and every
-  random state in one file, so an interrupted run resumes exactly (on the CPU);
-* :class:`MixedPrecision`: the forward pass under ``torch.autocast`` in bfloat16.
-
-The GAT paper's stopping rule (Chapter 14) is one more callback, in
-:mod:`course_lib.gat_training`.
+Chapter 9's additions plug into the same loop as *callbacks*, in
+:mod:`course_lib.callbacks` and re-exported here: :class:`Schedule`,
+:class:`EarlyStopping`, :class:`Checkpoint` and :class:`MixedPrecision` (the
+forward pass under ``torch.autocast``; for float16 the loop's
+``torch.amp.GradScaler`` is switched on).  The GAT paper's stopping rule
+(Chapter 14) is one more callback, in :mod:`course_lib.gat_training`.
 
 The training practices themselves are small functions, each matched to
 PyTorch where PyTorch has one: :func:`label_smoothing_cross_entropy` (eq. 9.3,
@@ -27,7 +19,8 @@ equal to ``nn.CrossEntropyLoss(label_smoothing=...)``), :func:`clip_grad_norm`
 Adam/AdamW update written from eqs. 9.5-9.6, equal to ``torch.optim.AdamW``, or with
 ``decoupled=False`` to ``torch.optim.Adam`` with an L2 penalty), :func:`drop_path`
 (eq. 9.7), and :func:`torch_warmup_cosine`, the same schedule as :func:`warmup_cosine`
-built from ``torch.optim.lr_scheduler``.
+built from ``torch.optim.lr_scheduler``.  Schedules are multipliers of the base
+rate, eqs. (9.1)-(9.2).
 
 Steps are counted from 1: update ``s`` (``s = 1 .. T``) uses the rate
 ``lr * factor(s - 1)``; the argument is ``LambdaLR``'s ``last_epoch``.
@@ -35,22 +28,27 @@ Steps are counted from 1: update ``s`` (``s = 1 .. T``) uses the rate
 
 from __future__ import annotations
 
-import copy
 import math
-import os
-import random
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim import AdamW
 from tqdm.auto import trange
 
+from course_lib.callbacks import (
+    Callback,
+    Checkpoint,
+    EarlyStopping,
+    MixedPrecision,
+    Schedule,
+    rng_state,
+    set_rng_state,
+)
 from course_lib.shapes import fmt_shape
 
 __all__ = [
@@ -61,6 +59,8 @@ __all__ = [
     "EarlyStopping",
     "Checkpoint",
     "MixedPrecision",
+    "rng_state",
+    "set_rng_state",
     "warmup_cosine",
     "warmup_inverse_sqrt",
     "torch_warmup_cosine",
@@ -269,32 +269,6 @@ def drop_path(x: Tensor, p: float, training: bool = True) -> Tensor:
 
 
 # ---------------------------------------------------------------------------
-# Random state, for checkpoints that resume exactly
-# ---------------------------------------------------------------------------
-
-
-def rng_state() -> dict[str, Any]:
-    """Every random state the course uses: Python, NumPy, PyTorch CPU and CUDA."""
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# ---------------------------------------------------------------------------
 # The loop (Chapter 1)
 # ---------------------------------------------------------------------------
 
@@ -304,8 +278,10 @@ class Run:
     """What :func:`train` shares with its callbacks: model, optimizer, progress, losses.
 
     ``step`` counts finished updates; a callback ends the run by setting
-    ``stop``, and may replace ``autocast`` (a context-manager factory around
-    the forward pass; it does nothing by default).
+    ``stop``.  :class:`MixedPrecision` replaces ``autocast`` (a context-manager
+    factory around the forward pass and the loss; by default it does nothing)
+    and, for float16, ``scaler`` (by default a disabled ``GradScaler``, whose
+    every method passes through: the plain float32 step).
     """
 
     model: nn.Module
@@ -316,6 +292,9 @@ class Run:
     losses: list[float] = field(default_factory=list)
     stop: bool = False
     autocast: Callable[[], AbstractContextManager] = nullcontext
+    scaler: torch.amp.GradScaler = field(
+        default_factory=lambda: torch.amp.GradScaler("cpu", enabled=False)
+    )
 
 
 def train(
@@ -341,6 +320,10 @@ def train(
     builds another).  Raises ``FloatingPointError`` as soon as the loss is not
     finite.  ``callbacks`` are Chapter 9's additions (:class:`Schedule`,
     :class:`EarlyStopping`, :class:`Checkpoint`, :class:`MixedPrecision`).
+    With ``MixedPrecision(torch.float16)`` the backward pass runs on the loss
+    times the ``GradScaler``'s scale, the gradients are unscaled before
+    clipping, and ``scaler.step`` skips an update whose gradients are not
+    finite (the loss of that step is still recorded).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     if steps < 0:
@@ -350,8 +333,12 @@ def train(
             "train: the model has no trainable parameters (all have requires_grad=False); "
             "unfreeze some, e.g. with p.requires_grad_(True)"
         )
+    # foreach: one call per operation over all tensors (the CUDA default); on the CPU it
+    # gives the same weights as the default loop over tensors, with less Python per step.
     opt = (
-        optimizer(params) if optimizer else torch.optim.AdamW(params, lr, weight_decay=weight_decay)
+        optimizer(params)
+        if optimizer
+        else AdamW(params, lr, weight_decay=weight_decay, foreach=True)
     )
     run = Run(model, opt, steps, sorted(callbacks, key=lambda c: c.order))
     for callback in run.callbacks:
@@ -365,10 +352,12 @@ def train(
         if not math.isfinite(value):  # stop before a bad step corrupts the weights
             raise FloatingPointError(f"train: loss became {value} at step {step}")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        run.scaler.scale(loss).backward()  # float16: loss x scale; otherwise the loss itself
         if clip_norm is not None:
+            run.scaler.unscale_(opt)  # clip the true gradient, not the scaled one
             nn.utils.clip_grad_norm_(params, clip_norm)  # (9.4)
-        opt.step()
+        run.scaler.step(opt)  # float16: skipped if a gradient is inf or NaN
+        run.scaler.update()
         run.step = step + 1
         run.losses.append(value)
         if step % 20 == 0 or run.step == steps:
@@ -381,197 +370,3 @@ def train(
     for callback in run.callbacks:
         callback.on_end(run)
     return run.losses
-
-
-# ---------------------------------------------------------------------------
-# What Chapter 9 adds to the loop: callbacks
-# ---------------------------------------------------------------------------
-
-
-class Callback:
-    """An addition to :func:`train`; each method does nothing unless overridden.
-
-    ``on_start(run)`` before the first step, ``on_step(run)`` after every
-    update, ``on_end(run)`` after the last.  ``state_dict``/``load_state_dict``
-    let a :class:`Checkpoint` save and restore what the callback keeps.
-    Callbacks run in increasing ``order``.
-    """
-
-    order = 0
-
-    def on_start(self, run: Run) -> None:
-        pass
-
-    def on_step(self, run: Run) -> None:
-        pass
-
-    def on_end(self, run: Run) -> None:
-        pass
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-
-class Schedule(Callback):
-    """A learning-rate schedule, eqs. (9.1)-(9.2): update ``t + 1`` uses ``lr * factor(t)``.
-
-    ``factor`` is a ``LambdaLR`` multiplier such as :func:`warmup_cosine`;
-    ``lrs`` records the rate of every update.
-    """
-
-    def __init__(self, factor: Callable[[int], float]) -> None:
-        self.factor = factor
-        self.lrs: list[float] = []
-
-    def on_start(self, run: Run) -> None:
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, self.factor)
-
-    def on_step(self, run: Run) -> None:
-        self.lrs.append(run.optimizer.param_groups[0]["lr"])  # the rate this update used
-        self.scheduler.step()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"scheduler": self.scheduler.state_dict(), "lrs": list(self.lrs)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.lrs = list(state["lrs"])
-
-
-class EarlyStopping(Callback):
-    """Validate every ``every`` updates (and after the last); stop when it stops improving.
-
-    ``eval_fn(model)`` returns a validation value, lower is better, computed in
-    eval mode without gradients; ``evals`` keeps ``(step, value)`` pairs.  With
-    ``patience``, the run stops after that many evaluations without a new best
-    (``patience=None``: only record).  With ``restore_best`` the best weights are
-    loaded back at the end.
-    """
-
-    def __init__(
-        self,
-        eval_fn: Callable[[nn.Module], float],
-        every: int = 100,
-        patience: int | None = None,
-        restore_best: bool = True,
-    ) -> None:
-        if every < 1 or (patience is not None and patience < 1):
-            raise ValueError(
-                f"EarlyStopping: every and patience must be >= 1, got {every}, {patience}"
-            )
-        self.eval_fn, self.every, self.patience, self.restore_best = (
-            eval_fn,
-            every,
-            patience,
-            restore_best,
-        )
-        self.evals: list[tuple[int, float]] = []
-        self.best_step: int | None = None
-        self.best_value: float | None = None
-        self.best_state: dict[str, Tensor] | None = None
-        self.bad_evals = 0
-        self.stopped_early = False
-
-    def on_step(self, run: Run) -> None:
-        if run.step % self.every and run.step != run.steps:
-            return
-        run.model.eval()
-        with torch.no_grad():
-            value = float(self.eval_fn(run.model))
-        run.model.train()
-        self.evals.append((run.step, value))
-        if self.best_value is None or value < self.best_value:
-            self.best_step, self.best_value, self.bad_evals = run.step, value, 0
-            if self.restore_best:
-                self.best_state = copy.deepcopy(run.model.state_dict())
-        else:
-            self.bad_evals += 1
-        if self.patience is not None and self.bad_evals >= self.patience:
-            run.stop = self.stopped_early = True
-
-    def on_end(self, run: Run) -> None:
-        if self.restore_best and self.best_state is not None:
-            run.model.load_state_dict(self.best_state)
-
-    _KEYS = ("evals", "best_step", "best_value", "best_state", "bad_evals", "stopped_early")
-
-    def state_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self._KEYS}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in self._KEYS:
-            setattr(self, key, state[key])
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
-
-
-class Checkpoint(Callback):
-    """Save the whole run every ``every`` updates (and at the end); ``resume`` continues one.
-
-    The file holds the model, the optimizer, the losses, every other callback's
-    state and every random state, so a run interrupted and resumed gives
-    exactly the weights of an uninterrupted one (on the CPU).  With
-    ``resume=True`` an existing file is loaded before the first step;
-    ``resumed_from`` is the step it was saved at (``None`` if nothing was loaded).
-    It runs after the other callbacks, whose state it saves.
-    """
-
-    order = 1
-
-    def __init__(self, path: str | os.PathLike, every: int = 100, resume: bool = False) -> None:
-        if every < 1:
-            raise ValueError(f"Checkpoint: every must be >= 1, got {every}")
-        self.path, self.every, self.resume = Path(path), every, resume
-        self.resumed_from: int | None = None
-
-    def on_start(self, run: Run) -> None:
-        if not (self.resume and self.path.exists()):
-            return
-        saved = torch.load(self.path, map_location=_device_of(run.model), weights_only=False)
-        run.model.load_state_dict(saved["model"])
-        run.optimizer.load_state_dict(saved["optimizer"])
-        run.losses = list(saved["losses"])
-        run.step = self.resumed_from = saved["step"]
-        others = [c for c in run.callbacks if c is not self]
-        for callback, state in zip(others, saved["callbacks"], strict=True):
-            callback.load_state_dict(state)
-        set_rng_state(saved["rng"])
-
-    def on_step(self, run: Run) -> None:
-        if run.step % self.every == 0 or run.step == run.steps or run.stop:
-            state = {
-                "step": run.step,
-                "model": run.model.state_dict(),
-                "optimizer": run.optimizer.state_dict(),
-                "losses": list(run.losses),
-                "callbacks": [c.state_dict() for c in run.callbacks if c is not self],
-                "rng": rng_state(),
-            }
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            torch.save(state, tmp)
-            os.replace(tmp, self.path)  # a crash while saving never leaves a broken file
-
-
-class MixedPrecision(Callback):
-    """Run the forward pass and the loss under ``torch.autocast`` in bfloat16.
-
-    The weights, gradients and optimizer stay in float32.  bfloat16 keeps
-    float32's exponent range, so no loss scaling is needed (float16 would need
-    ``torch.amp.GradScaler``; the course does not use it).
-    """
-
-    def __init__(self, dtype: torch.dtype = torch.bfloat16) -> None:
-        if dtype != torch.bfloat16:
-            raise ValueError(f"MixedPrecision: only torch.bfloat16 is supported, got {dtype}")
-        self.dtype = dtype
-
-    def on_start(self, run: Run) -> None:
-        device_type = _device_of(run.model).type
-        run.autocast = lambda: torch.autocast(device_type, dtype=self.dtype)
