@@ -23,6 +23,7 @@ each layer becomes one batched operation over the members.  ``K`` is the member
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -81,11 +82,14 @@ class Stacked(nn.Module):
 
         params, buffers = self._state()
         saved = [(m, dict(vars(m))) for m in template.modules()]
+        # PyTorch 2.13 has no vmap rule for the fused CPU kernel of (3.2), so it runs that
+        # kernel once per member (a correct loop) and warns; the warning is silenced here.
         try:
-            return vmap(one, in_dims=(0, 0, *in_dims), randomness="different")(
-                params, buffers, *inputs
-            )
-        finally:  # drop what forward cached on the modules (RevIN's statistics): vmap's own
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "There is a performance drop")
+                batched = vmap(one, in_dims=(0, 0, *in_dims), randomness="different")
+                return batched(params, buffers, *inputs)
+        finally:  # drop the tensors forward cached on the modules (RevIN's statistics)
             for m, attrs in saved:
                 m.__dict__.update(attrs)
 
