@@ -11,7 +11,7 @@ each layer becomes one batched operation over the members.  ``K`` is the member
 * :class:`Stacked`: ``forward(*inputs [K, ...]) -> [K, ...]`` (member ``k`` reads
   ``inputs[k]``); :meth:`Stacked.shared` gives every member the same inputs;
   :meth:`Stacked.member` returns member ``k`` as an ordinary module;
-* :func:`clip_grad_norm_per_member`: eq. (9.4) for each member separately;
+* :func:`clip_grad_norm_per_member`: Chapter 9, eq. (9.4), for each member separately;
 * :func:`train_stacked`: the course's :func:`course_lib.training.train` with
   AdamW and clipping per member, so that training ``K`` members together gives the
   same weights as ``K`` separate runs on the same batches (tested);
@@ -33,7 +33,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from course_lib.training import Callback, Run, train
 
-__all__ = ["Stacked", "clip_grad_norm_per_member", "train_stacked", "BestPerMember"]
+__all__ = ["Stacked", "train_stacked", "BestPerMember"]
 
 
 def _key(name: str) -> str:
@@ -82,8 +82,8 @@ class Stacked(nn.Module):
 
         params, buffers = self._state()
         saved = [(m, dict(vars(m))) for m in template.modules()]
-        # PyTorch 2.13 has no vmap rule for the fused CPU kernel of (3.2), so it runs that
-        # kernel once per member (a correct loop) and warns; the warning is silenced here.
+        # PyTorch 2.13 has no vmap rule for the fused CPU kernel of Chapter 3, eq. (3.2): it
+        # runs that kernel once per member (a correct loop) and warns; silenced here.
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "There is a performance drop")
@@ -125,7 +125,7 @@ class Stacked(nn.Module):
 
 
 def clip_grad_norm_per_member(parameters: Sequence[Tensor], max_norm: float) -> Tensor:
-    """Eq. (9.4) for each member: scale member ``k``'s gradients by ``min(1, c / (||g_k|| + 1e-6))``.
+    """Chapter 9, eq. (9.4), per member: scale member ``k``'s gradients by ``min(1, c / (|g_k| + eps))``.
 
     ``parameters``: stacked tensors ``[K, ...]`` with gradients.  ``||g_k||`` is the
     global norm over member ``k``'s slices of all of them, as
