@@ -17,7 +17,9 @@ implements.  Notebooks import from here and show the source with
 ``training``       the training loop (Ch. 1) and Chapter 9's practices
 ``callbacks``      schedules, early stopping, checkpoints, mixed precision in the loop (Ch. 9)
 ``distributed``    data-parallel training with two processes (Ch. 9)
-``timeseries``     temporal encodings, patching, a patch Transformer, linear baselines (Ch. 10)
+``timeseries``     temporal encodings, patching, a patch Transformer with covariates (Ch. 10)
+``forecasting``    naive, linear and exponential-smoothing forecasters (Ch. 10)
+``ensemble``       several seeds of one model trained as one (vmap) (Ch. 10)
 ``gpt``            GPT, sampling, LoRA, bottleneck adapters (Ch. 11)
 ``bert``           BERT, masked language modelling, linear probes (Ch. 12)
 ``vit``            the Vision Transformer (Ch. 13)

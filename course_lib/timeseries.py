@@ -19,12 +19,11 @@ width, ``C_x`` exogenous covariates, ``k`` periodic components of Time2Vec.
   covariates (past and known future), eq. (10.5);
   ``exog_mode="concat"`` is the control without attention: the covariates are
   concatenated to the flattened encoder output before the head;
-* :func:`naive_forecast`, :func:`seasonal_naive_forecast`,
-  :func:`seasonal_naive_drift_forecast`, :func:`windows`: the baselines and the
-  sliding-window data set used to train and evaluate;
-* :func:`moving_average_decomposition`, :class:`NLinear`, :class:`DLinear`,
-  eqs. (10.6)-(10.7): the linear forecasters of Zeng et al. (2023), one linear map
-  from the (normalised or decomposed) window to the horizon;
+  ``exog_mode="horizon"`` adds one learned query per *future* step that
+  cross-attends to the encoded history and to the covariates step by step,
+  eq. (10.9) (the decoder of encoder-decoder forecasters such as the TFT);
+* the baselines (naive, seasonal naive, NLinear, DLinear, ETS) live in
+  :mod:`course_lib.forecasting`;
 * :class:`RelativeTimeBias`, eq. (10.8): an attention bias that is a learned
   function of the time *difference* between query and key, for irregular time
   stamps; it reads the difference through TGAT's time encoding
@@ -41,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from course_lib.gat import time_encoding
+from course_lib.positional import sinusoidal_table
 from course_lib.shapes import expect_shape
 from course_lib.transformer import Decoder, Encoder
 
@@ -54,13 +54,6 @@ __all__ = [
     "num_patches",
     "RevIN",
     "PatchForecaster",
-    "windows",
-    "naive_forecast",
-    "seasonal_naive_forecast",
-    "seasonal_naive_drift_forecast",
-    "moving_average_decomposition",
-    "NLinear",
-    "DLinear",
     "RelativeTimeBias",
 ]
 
@@ -224,6 +217,17 @@ class PatchForecaster(nn.Module):
     is the plain one, and the head reads the flattened encoder output
     concatenated with the raw covariates over context and horizon,
     ``y_hat = W_h [flatten(z); flatten(u)] + b_h`` (``W_h [T_out, N_p D + (T_in + T_out) C_x]``).
+
+    ``exog_mode="horizon"``, eq. (10.9): horizon queries.  The encoder is the plain
+    one and its flatten-linear head stays; one query per *future* step
+    ``h = 1 .. T_out``, ``q_h = e_h + tau_{T_in + h}`` (``e_h`` learned, zero at the
+    start; ``tau`` Chapter 7's sinusoidal table, eq. (7.1), a time encoding shared
+    with the keys), goes through ``horizon_layers`` pre-norm
+    :class:`course_lib.transformer.DecoderBlock` (no causal mask) whose memory is
+    the encoded history ``z`` *and* one token per covariate step,
+    ``m_j = W_u u_j + tau_j`` (``j = 1 .. T_in + T_out``).  Each query's output
+    ``o_h [D]`` adds one number to its own step:
+    ``y_hat_h = (W_h flatten(z) + b_h)_h + w_o^T o_h + b_o``.
     """
 
     def __init__(
@@ -240,16 +244,19 @@ class PatchForecaster(nn.Module):
         n_exog: int = 0,
         pad_end: bool = False,
         exog_mode: str = "cross",
+        horizon_layers: int = 1,
     ) -> None:
         super().__init__()
-        if horizon < 1 or n_exog < 0:
+        if horizon < 1 or n_exog < 0 or horizon_layers < 1:
             raise ValueError(
-                f"PatchForecaster: need horizon >= 1, n_exog >= 0; got {horizon}, {n_exog}"
+                f"PatchForecaster: need horizon >= 1, n_exog >= 0, horizon_layers >= 1; got "
+                f"{horizon}, {n_exog}, {horizon_layers}"
             )
-        if exog_mode not in ("cross", "concat"):
+        if exog_mode not in ("cross", "concat", "horizon"):
             raise ValueError(
-                f"PatchForecaster: exog_mode must be 'cross' (cross-attention, eq. (10.5)) or "
-                f"'concat' (covariates concatenated before the head), got {exog_mode!r}"
+                f"PatchForecaster: exog_mode must be 'cross' (cross-attention from the patches, "
+                f"eq. (10.5)), 'concat' (covariates concatenated before the head) or 'horizon' "
+                f"(one query per future step, eq. (10.9)), got {exog_mode!r}"
             )
         self.context, self.horizon, self.n_exog = context, horizon, n_exog
         self.exog_mode = exog_mode if n_exog else None
@@ -260,44 +267,47 @@ class PatchForecaster(nn.Module):
         self.pos = nn.Parameter(torch.randn(self.n_patches, d_model) * 0.02)  # W_pos [N_p, D]
         self.dropout = nn.Dropout(dropout)
         n_head_in = self.n_patches * d_model
-        if self.exog_mode == "concat":  # the control: raw covariates next to flatten(z)
-            self.backbone = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=True)
-            n_head_in += (context + horizon) * n_exog
-        elif n_exog:  # covariates are patched too: [B, C_x, N_x, P] -> tokens [B, N_x, C_x P]
+        blocks = (num_layers, d_model, num_heads, d_ff, dropout)
+        if self.exog_mode == "cross":  # covariates are patched: [B, C_x, N_x, P] -> [B, N_x, C_x P]
             self.n_exog_patches = num_patches(context + horizon, patch_len, stride)
             self.exog_embed = nn.Linear(n_exog * patch_len, d_model)  # [D, C_x P]
             self.exog_pos = nn.Parameter(torch.randn(self.n_exog_patches, d_model) * 0.02)
-            self.backbone: nn.Module = Decoder(
-                num_layers, d_model, num_heads, d_ff, dropout, norm_first=True
-            )
+            self.backbone: nn.Module = Decoder(*blocks, norm_first=True)
         else:
-            self.backbone = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=True)
+            self.backbone = Encoder(*blocks, norm_first=True)
+        if self.exog_mode == "concat":  # the control: raw covariates next to flatten(z)
+            n_head_in += (context + horizon) * n_exog
+        if self.exog_mode == "horizon":  # (10.9): one query per future step
+            self.exog_embed = nn.Linear(n_exog, d_model)  # W_u [D, C_x]
+            tau = sinusoidal_table(context + horizon, d_model)  # [T_in + T_out, D]
+            self.register_buffer("tau", tau, persistent=False)
+            self.queries = nn.Parameter(torch.zeros(horizon, d_model))  # e_h [T_out, D]
+            self.horizon_decoder = Decoder(horizon_layers, *blocks[1:], norm_first=True)
+            self.query_head = nn.Linear(d_model, 1)  # w_o [1, D], b_o
         self.head = nn.Linear(n_head_in, horizon)  # W_h [T_out, N_p D (+ (T_in + T_out) C_x)]
 
-    def forward(self, x: Tensor, exog: Tensor | None = None) -> Tensor:
-        expect_shape("PatchForecaster", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
-        b, length, c = x.shape
+    def _check_exog(self, b: int, exog: Tensor | None) -> None:
+        if self.n_exog and exog is None:
+            raise ValueError(
+                f"PatchForecaster: this model was built with n_exog={self.n_exog}, so it "
+                f"needs exog [B, T_in + T_out={self.context + self.horizon}, "
+                f"C_x={self.n_exog}]: the covariates over the window and the horizon"
+            )
         if self.n_exog:
-            if exog is None:
-                raise ValueError(
-                    f"PatchForecaster: this model was built with n_exog={self.n_exog}, so it "
-                    f"needs exog [B, T_in + T_out={self.context + self.horizon}, "
-                    f"C_x={self.n_exog}]: the covariates over the window and the horizon"
-                )
             dims = [("B", b), ("T_in + T_out", self.context + self.horizon), ("C_x", self.n_exog)]
             expect_shape("PatchForecaster", "exog", exog, dims)
         elif exog is not None:
             raise ValueError("PatchForecaster: built with n_exog=0 but given exog")
+
+    def forward(self, x: Tensor, exog: Tensor | None = None) -> Tensor:
+        expect_shape("PatchForecaster", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
+        b, length, c = x.shape
+        self._check_exog(b, exog)
         series = self.revin.normalize(x.transpose(1, 2))  # [B, C, T_in]
         patches = patchify(series, self.patch_len, self.stride, self.pad_end)  # [B, C, N_p, P]
         tokens = patches.reshape(b * c, self.n_patches, self.patch_len)  # channel independence
         z = self.dropout(self.embed(tokens) + self.pos)  # (10.4)        [B C, N_p, D]
-        if self.exog_mode == "concat":
-            z = self.backbone(z).flatten(1)  # [B C, N_p D]
-            u = exog.flatten(1).repeat_interleave(c, dim=0)  # [B C, (T_in + T_out) C_x]
-            y = self.head(torch.cat([z, u], dim=1)).reshape(b, c, self.horizon)  # [B, C, T_out]
-            return self.revin.denormalize(y).transpose(1, 2)  # [B, T_out, C]
-        if self.n_exog:
+        if self.exog_mode == "cross":
             cov = patchify(exog.transpose(1, 2), self.patch_len, self.stride)  # [B, C_x, N_x, P]
             cov = cov.transpose(1, 2).flatten(2)  # [B, N_x, C_x P]
             mem = self.exog_embed(cov) + self.exog_pos  # (10.5)           [B, N_x, D]
@@ -305,149 +315,25 @@ class PatchForecaster(nn.Module):
             z = self.backbone(z, mem, causal=False)
         else:
             z = self.backbone(z)
-        y = self.head(z.flatten(1)).reshape(b, c, self.horizon)  # (10.4) [B, C, T_out]
+        if self.exog_mode == "concat":
+            u = exog.flatten(1).repeat_interleave(c, dim=0)  # [B C, (T_in + T_out) C_x]
+            y = self.head(torch.cat([z.flatten(1), u], dim=1))  # [B C, T_out]
+        else:
+            y = self.head(z.flatten(1))  # (10.4)                        [B C, T_out]
+        if self.exog_mode == "horizon":
+            y = y + self._horizon_queries(z, exog, c)
+        y = y.reshape(b, c, self.horizon)  # [B, C, T_out]
         return self.revin.denormalize(y).transpose(1, 2)  # [B, T_out, C]
 
-
-# ---------------------------------------------------------------------------
-# Data windows and baselines
-# ---------------------------------------------------------------------------
-
-
-def windows(
-    series: Tensor, context: int, horizon: int, starts: Tensor | list[int]
-) -> tuple[Tensor, Tensor]:
-    """Cut ``(context, target)`` pairs from ``series [T, C]`` (or ``[T]``).
-
-    Window ``i`` reads ``series[s : s + T_in]`` and targets ``series[s + T_in : s + T_in + T_out]``
-    with ``s = starts[i]``.  Returns ``x [B, T_in, C]`` and ``y [B, T_out, C]``.
-    """
-    if series.dim() == 1:
-        series = series[:, None]
-    starts = torch.as_tensor(starts, dtype=torch.long)
-    if len(starts) and (
-        int(starts.min()) < 0 or int(starts.max()) + context + horizon > len(series)
-    ):
-        raise ValueError(
-            f"windows: every start must satisfy 0 <= s and s + L + H <= T={len(series)} "
-            f"(L={context}, H={horizon}, so 0 <= s <= {len(series) - context - horizon}); "
-            f"got starts from {int(starts.min())} to {int(starts.max())}"
-        )
-    idx = starts[:, None] + torch.arange(context + horizon)  # [B, T_in + T_out]
-    both = series[idx]  # [B, T_in + T_out, C]
-    return both[:, :context], both[:, context:]
-
-
-def naive_forecast(x: Tensor, horizon: int) -> Tensor:
-    """Repeat the last observed value: ``x [B, T_in, C] -> [B, T_out, C]``."""
-    return x[:, -1:].expand(-1, horizon, -1)
-
-
-def seasonal_naive_forecast(x: Tensor, horizon: int, season: int) -> Tensor:
-    """Repeat the last full season: ``y_hat[t + h] = x[t + h - m k]``, the smallest k >= 1.
-
-    ``x [B, T_in, C] -> [B, T_out, C]``; needs ``T_in >= season``.
-    """
-    if x.shape[1] < season:
-        raise ValueError(f"seasonal_naive_forecast: context {x.shape[1]} < season {season}")
-    last = x[:, -season:]  # [B, m, C]
-    reps = math.ceil(horizon / season)
-    return last.repeat(1, reps, 1)[:, :horizon]
-
-
-def seasonal_naive_drift_forecast(x: Tensor, horizon: int, season: int) -> Tensor:
-    """Seasonal naive with drift: ``y_hat[t + h] = x[t + h - m k] + k c``, k the smallest k >= 1.
-
-    ``c`` is the mean seasonal difference ``x[s] - x[s - m]`` over the window (the
-    growth over one season), per window and channel: the forecast of a seasonal
-    random walk with drift.  ``x [B, T_in, C] -> [B, T_out, C]``; needs ``T_in > season``.
-    """
-    if x.shape[1] <= season:
-        raise ValueError(
-            f"seasonal_naive_drift_forecast: context {x.shape[1]} must be longer than the "
-            f"season {season} to estimate the drift (give at least {season + 1} steps)"
-        )
-    drift = (x[:, season:] - x[:, :-season]).mean(dim=1, keepdim=True)  # c     [B, 1, C]
-    k = torch.arange(horizon, device=x.device) // season + 1  # seasons back   [T_out]
-    return seasonal_naive_forecast(x, horizon, season) + k[None, :, None] * drift
-
-
-# ---------------------------------------------------------------------------
-# Linear forecasters (Zeng et al., 2023), eqs. (10.6)-(10.7)
-# ---------------------------------------------------------------------------
-
-
-def moving_average_decomposition(x: Tensor, kernel: int) -> tuple[Tensor, Tensor]:
-    """Split ``x [B, C, T_in]`` into ``(seasonal, trend)``, both ``[B, C, T_in]``, eq. (10.7).
-
-    The trend is a centred moving average of ``kernel`` (odd) steps; DLinear pads
-    each end by repeating the first and last values ``(kernel - 1) // 2`` times so
-    the trend keeps the window's length.  ``seasonal = x - trend``.
-    """
-    expect_shape("moving_average_decomposition", "x", x, [("B", None), ("C", None), ("T_in", None)])
-    if kernel < 1 or kernel % 2 == 0:
-        raise ValueError(
-            f"moving_average_decomposition: kernel must be odd and >= 1 (a centred average), "
-            f"got {kernel}; use {kernel + 1 if kernel > 0 else 1}"
-        )
-    half = (kernel - 1) // 2
-    padded = torch.cat(
-        [x[..., :1].expand(*x.shape[:-1], half), x, x[..., -1:].expand(*x.shape[:-1], half)], -1
-    )  # [B, C, T_in + kernel - 1]
-    trend = padded.unfold(-1, kernel, 1).mean(-1)  # [B, C, T_in]
-    return x - trend, trend
-
-
-class NLinear(nn.Module):
-    """NLinear (Zeng et al., 2023), Chapter 10, eq. (10.6): one linear map on the shifted window.
-
-    Per channel, with shared weights: ``y_hat = W (x - x_last) + b + x_last`` with
-    ``W [T_out, T_in]``: subtracting the last value is the normalisation.
-    ``forward(x [B, T_in, C]) -> [B, T_out, C]``.
-    """
-
-    def __init__(self, context: int, horizon: int) -> None:
-        super().__init__()
-        self.context = context
-        self.linear = nn.Linear(context, horizon)  # W [T_out, T_in], b [T_out]
-
-    def forward(self, x: Tensor) -> Tensor:
-        expect_shape("NLinear", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
-        last = x[:, -1:]  # [B, 1, C]
-        y = self.linear((x - last).transpose(1, 2))  # (10.6)   [B, C, T_out]
-        return y.transpose(1, 2) + last  # [B, T_out, C]
-
-
-class DLinear(nn.Module):
-    """DLinear (Zeng et al., 2023), Chapter 10, eq. (10.7): linear maps of trend and remainder.
-
-    ``(s, r) = moving_average_decomposition(x, kernel)`` and
-    ``y_hat = W_s s + W_r r + b`` (``W_s, W_r [T_out, T_in]``), per channel with shared
-    weights.  With ``normalize`` (default) the window goes through :class:`RevIN`
-    first, as in the patch forecaster, so both models see the same normalised
-    windows; the paper's DLinear has no normalisation.
-    ``forward(x [B, T_in, C]) -> [B, T_out, C]``.
-    """
-
-    def __init__(
-        self, context: int, horizon: int, kernel: int = 25, normalize: bool = True
-    ) -> None:
-        super().__init__()
-        self.context, self.kernel = context, kernel
-        self.revin = RevIN() if normalize else None
-        self.seasonal = nn.Linear(context, horizon)  # W_s [T_out, T_in]
-        self.trend = nn.Linear(context, horizon, bias=False)  # W_r [T_out, T_in]
-
-    def forward(self, x: Tensor) -> Tensor:
-        expect_shape("DLinear", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
-        series = x.transpose(1, 2)  # [B, C, T_in]
-        if self.revin is not None:
-            series = self.revin.normalize(series)
-        s, r = moving_average_decomposition(series, self.kernel)  # (10.7)   [B, C, T_in] each
-        y = self.seasonal(s) + self.trend(r)  # (10.7)  [B, C, T_out]
-        if self.revin is not None:
-            y = self.revin.denormalize(y)
-        return y.transpose(1, 2)  # [B, T_out, C]
+    def _horizon_queries(self, z: Tensor, exog: Tensor, c: int) -> Tensor:
+        """Eq. (10.9): ``w_o^T o_h + b_o`` for each future step ``h``, ``[B C, T_out]``."""
+        u = (
+            self.exog_embed(exog.to(z.dtype)) + self.tau
+        )  # m_j = W_u u_j + tau_j [B, T_in + T_out, D]
+        mem = torch.cat([z, u.repeat_interleave(c, dim=0)], dim=1)  # [B C, N_p + T_in + T_out, D]
+        q = (self.queries + self.tau[self.context :]).expand(z.shape[0], -1, -1)  # [B C, T_out, D]
+        o = self.horizon_decoder(q, mem, causal=False)  # (10.9)               [B C, T_out, D]
+        return self.query_head(o)[..., 0]  # [B C, T_out]
 
 
 # ---------------------------------------------------------------------------

@@ -40,6 +40,8 @@ from course_lib import (
     attention,
     bert,
     convnet,
+    ensemble,
+    forecasting,
     gat,
     gpt,
     lm,
@@ -206,8 +208,13 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "Time2Vec": lambda: (timeseries.Time2Vec(3), (torch.arange(10.0).reshape(2, 5),)),
     "RevIN": lambda: _patch_forecaster(n_exog=2),
     "PatchForecaster": lambda: _patch_forecaster(n_exog=0),
-    "NLinear": lambda: (timeseries.NLinear(16, 4), (_x(2, 16, 3),)),
-    "DLinear": lambda: (timeseries.DLinear(16, 4, kernel=5), (_x(2, 16, 3) + 5.0,)),
+    "NLinear": lambda: (forecasting.NLinear(16, 4), (_x(2, 16, 3),)),
+    "DLinear": lambda: (forecasting.DLinear(16, 4, kernel=5), (_x(2, 16, 3) + 5.0,)),
+    # members stacked by vmap (no dropout: its members live outside the module tree)
+    "Stacked": lambda: (
+        ensemble.Stacked([forecasting.NLinear(16, 4) for _ in range(2)]),
+        (_x(2, 3, 16, 2),),
+    ),
     "RelativeTimeBias": lambda: (
         timeseries.RelativeTimeBias(HEADS, [7.0, 52.0]),
         (_x(2, 5) * 10, _x(2, 6) * 10),

@@ -10,21 +10,26 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.gat import time_encoding
-from course_lib.timeseries import (
+from course_lib.attention import record_attention
+from course_lib.forecasting import (
     DLinear,
     NLinear,
+    ets_forecast,
+    moving_average_decomposition,
+    naive_forecast,
+    seasonal_naive_drift_forecast,
+    seasonal_naive_forecast,
+    windows,
+)
+from course_lib.gat import time_encoding
+from course_lib.positional import sinusoidal_table
+from course_lib.timeseries import (
     PatchForecaster,
     RelativeTimeBias,
     Time2Vec,
     calendar_features,
-    moving_average_decomposition,
-    naive_forecast,
     num_patches,
     patchify,
-    seasonal_naive_drift_forecast,
-    seasonal_naive_forecast,
-    windows,
 )
 
 
@@ -237,5 +242,80 @@ def test_concat_control_reads_the_covariates_without_cross_attention():
     w = cat.head.weight[:, cat.n_patches * 16 + 55 * 2]  # [T_out]: the head's column for it
     std = x.std(dim=1, unbiased=False) + cat.revin.eps  # RevIN's scale   [B, C]
     assert torch.allclose(delta, w[None, :, None] * std[:, None, :], atol=1e-5)
-    with pytest.raises(ValueError, match="exog_mode must be 'cross'"):
+    with pytest.raises(ValueError, match="exog_mode must be 'cross'.*'horizon'"):
         PatchForecaster(48, 12, exog_mode="add", **kw)
+
+
+def test_horizon_queries_match_their_equation():
+    """Eq. (10.9): the plain encoder and head, plus one query per future step."""
+    torch.manual_seed(0)
+    kw = dict(patch_len=8, stride=4, d_model=16, num_heads=2, num_layers=1, d_ff=32, n_exog=2)
+    model = PatchForecaster(48, 12, exog_mode="horizon", **kw).double().eval()
+    nn.init.normal_(model.queries, std=0.3)  # e_h starts at zero: make it do something
+    x = torch.randn(3, 48, 2, dtype=torch.float64) * 4 + 50
+    e = torch.randn(3, 60, 2, dtype=torch.float64)
+    with record_attention(model) as maps:
+        out = model(x, e)
+    assert out.shape == (3, 12, 2)
+    weights = maps["horizon_decoder.layers.0.cross_attn"]  # [B C, h, T_out, N_p + T_in + T_out]
+    assert weights.shape == (6, 2, 12, model.n_patches + 60)
+    # by hand: RevIN, patches, encoder, flatten head; queries over [z; W_u u + tau]
+    mean, std = x.mean(1, keepdim=True), x.std(1, unbiased=False, keepdim=True) + 1e-5
+    xn = ((x - mean) / std).transpose(1, 2).reshape(6, 48)
+    z = model.backbone(model.embed(xn.unfold(-1, 8, 4)) + model.pos)  # [B C, N_p, D]
+    tau = sinusoidal_table(60, 16, dtype=torch.float64)
+    mem = torch.cat([z, (model.exog_embed(e) + tau).repeat_interleave(2, dim=0)], dim=1)
+    q = (model.queries + tau[48:]).expand(6, -1, -1)
+    o = model.horizon_decoder(q, mem, causal=False)
+    y = model.head(z.flatten(1)) + model.query_head(o)[..., 0]  # [B C, T_out]
+    ref = y.reshape(3, 2, 12) * std.transpose(1, 2) + mean.transpose(1, 2)
+    assert torch.allclose(out, ref.transpose(1, 2), atol=1e-10)
+    e2 = e.clone()
+    e2[:, 55] += 1.0  # a covariate inside the horizon moves the forecast
+    assert not torch.allclose(model(x, e2), out)
+    with pytest.raises(ValueError, match="horizon_layers >= 1"):
+        PatchForecaster(48, 12, exog_mode="horizon", horizon_layers=0, **kw)
+
+
+def test_horizon_query_can_find_its_own_step():
+    """The time encoding shared by queries and covariate keys lets a query pick out its
+    own step: with W_Q = W_K = identity (scaled) and no layer norm before the
+    cross-attention, query h's largest weight among the covariate keys is on T_in + h."""
+    torch.manual_seed(0)
+    kw = dict(patch_len=8, stride=4, d_model=32, num_heads=1, num_layers=1, d_ff=32, n_exog=1)
+    model = PatchForecaster(48, 12, exog_mode="horizon", **kw).eval()
+    block = model.horizon_decoder.layers[0]
+    block.norm2 = nn.Identity()
+    with torch.no_grad():
+        eye = torch.eye(32) * 3.0
+        block.cross_attn.in_proj_weight[:64] = torch.cat([eye, eye])  # W_Q, W_K
+        block.cross_attn.in_proj_bias.zero_()
+        for p in [
+            model.exog_embed.weight,
+            model.exog_embed.bias,
+            *block.self_attn.out_proj.parameters(),
+        ]:
+            p.zero_()  # keys m_j = tau_j; the queries leave self-attention unchanged
+    with record_attention(model) as maps:
+        model(torch.randn(2, 48, 1), torch.randn(2, 60, 1))
+    w = maps["horizon_decoder.layers.0.cross_attn"][0, 0, :, model.n_patches :]  # [T_out, 60]
+    assert torch.equal(w.argmax(-1), torch.arange(48, 60))
+
+
+def test_ets_forecast_follows_statsmodels_and_recovers_a_clean_series():
+    statsmodels = pytest.importorskip("statsmodels.tsa.holtwinters")
+    t = np.arange(240.0)
+    rng = np.random.default_rng(0)
+    series = 10 + 0.05 * t + 2 * np.sin(2 * np.pi * t / 12) + 0.05 * rng.standard_normal(240)
+    pred, weights = ets_forecast(series, 200, [200, 210, 220], 12, season=12)
+    assert pred.shape == (3, 12, 1) and set(weights) == {"alpha", "beta", "gamma"}
+    truth = torch.tensor(np.stack([series[o : o + 12] for o in (200, 210, 220)]))[..., None]
+    assert (pred.double() - truth).abs().mean() < 0.15  # noise 0.05, trend and season known
+    # from the first origin (the end of the fitting period) it is statsmodels' own forecast
+    fit = statsmodels.ExponentialSmoothing(
+        series[:200], trend="add", seasonal="add", seasonal_periods=12,
+        initialization_method="estimated",
+    ).fit()  # fmt: skip
+    assert np.allclose(pred[0, :, 0].numpy(), fit.forecast(12), atol=1e-3)
+    with pytest.raises(ValueError, match="train_end=200 <= o"):
+        ets_forecast(series, 200, [190], 12, season=12)

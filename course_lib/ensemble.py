@@ -1,0 +1,244 @@
+"""Several independently initialised copies of one model, trained as one (Chapter 10).
+
+Conclusions from training need several runs (seeds); small models run one after
+the other spend most of their time in Python and kernel launches, not in
+arithmetic.  :class:`Stacked` keeps ``K`` copies of a model with their own
+weights as one set of stacked parameters (``torch.func.stack_module_state``)
+and runs them together with ``torch.func.vmap`` over ``torch.func.functional_call``:
+each layer becomes one batched operation over the members.  ``K`` is the member
+(seed) dimension, first in every stacked tensor.
+
+* :class:`Stacked`: ``forward(*inputs [K, ...]) -> [K, ...]`` (member ``k`` reads
+  ``inputs[k]``); :meth:`Stacked.shared` gives every member the same inputs;
+  :meth:`Stacked.member` returns member ``k`` as an ordinary module;
+* :func:`clip_grad_norm_per_member`: Chapter 9, eq. (9.4), for each member separately;
+* :func:`train_stacked`: the course's :func:`course_lib.training.train` with
+  AdamW and clipping per member, so that training ``K`` members together gives the
+  same weights as ``K`` separate runs on the same batches (tested);
+* :class:`BestPerMember`: validation-based selection (Chapter 9's early stopping)
+  per member: every ``every`` updates, keep each member's weights where its
+  validation error is the lowest so far; load them back at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from course_lib.training import Callback, Run, train
+
+__all__ = ["Stacked", "train_stacked", "BestPerMember"]
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "/")  # a parameter's name may not contain a dot
+
+
+class Stacked(nn.Module):
+    """``K`` models of one architecture, each with its own weights, run as one.
+
+    ``Stacked(models)`` stacks the parameters and buffers of ``models`` (``K``
+    modules of the same class and sizes, e.g. built under ``K`` seeds) into
+    tensors ``[K, ...]``, registered on this module, so ``.to()``, optimisers and
+    ``state_dict`` see them.  ``forward(*inputs)`` takes each input with a leading
+    member dimension, ``[K, ...]``, and returns the members' outputs stacked the
+    same way; dropout draws differently in each member.
+    """
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        super().__init__()
+        if len(models) < 1 or len({type(m) for m in models}) != 1:
+            raise ValueError(
+                "Stacked: give one or more models of the same class (e.g. "
+                "[make() for seed in seeds]); got "
+                f"{[type(m).__name__ for m in models]}"
+            )
+        params, buffers = stack_module_state(list(models))  # {name: [K, ...]}
+        self.num_members = len(models)
+        self._names = list(params)
+        self._buffer_names = list(buffers)
+        for name, value in params.items():
+            self.register_parameter(_key(name), nn.Parameter(value.detach().clone()))
+        for name, value in buffers.items():
+            self.register_buffer(_key(name), value.detach().clone())
+        self._template = [copy.deepcopy(models[0]).to("meta")]  # a list: not a submodule
+
+    def _state(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        params = {n: getattr(self, _key(n)) for n in self._names}
+        return params, {n: getattr(self, _key(n)) for n in self._buffer_names}
+
+    def _run(self, in_dims: tuple, inputs: tuple) -> Any:
+        template = self._template[0]
+        template.train(self.training)
+
+        def one(params: dict, buffers: dict, *args: Any) -> Any:
+            return functional_call(template, (params, buffers), args)
+
+        params, buffers = self._state()
+        saved = [(m, dict(vars(m))) for m in template.modules()]
+        # PyTorch 2.13 has no vmap rule for the fused CPU kernel of Chapter 3, eq. (3.2): it
+        # runs that kernel once per member (a correct loop) and warns; silenced here.
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "There is a performance drop")
+                batched = vmap(one, in_dims=(0, 0, *in_dims), randomness="different")
+                return batched(params, buffers, *inputs)
+        finally:  # drop the tensors forward cached on the modules (RevIN's statistics)
+            for m, attrs in saved:
+                m.__dict__.update(attrs)
+
+    def forward(self, *inputs: Tensor) -> Any:
+        for i, x in enumerate(inputs):
+            if x is not None and x.shape[:1] != (self.num_members,):
+                raise ValueError(
+                    f"Stacked: input {i} has shape {tuple(x.shape)}; each input needs the "
+                    f"member dimension first, [K={self.num_members}, ...] (use .shared(...) to "
+                    "give every member the same input)"
+                )
+        return self._run(tuple(None if x is None else 0 for x in inputs), inputs)
+
+    def shared(self, *inputs: Tensor) -> Any:
+        """Every member reads the same ``inputs`` (no member dimension); outputs ``[K, ...]``."""
+        return self._run((None,) * len(inputs), inputs)
+
+    def member(self, k: int) -> nn.Module:
+        """Member ``k`` as an ordinary module (a copy: training it leaves this one alone)."""
+        if not 0 <= k < self.num_members:
+            raise IndexError(f"Stacked.member: k must be in 0..{self.num_members - 1}, got {k}")
+        params, buffers = self._state()
+        first = next(iter(params.values()))
+        model = copy.deepcopy(self._template[0]).to_empty(device=first.device).to(first.dtype)
+        state = {**params, **buffers}
+        with torch.no_grad():  # non-persistent buffers too, which load_state_dict skips
+            for name, t in [*model.named_parameters(), *model.named_buffers()]:
+                t.copy_(state[name][k])
+        return model.train(self.training)
+
+    def extra_repr(self) -> str:
+        return f"members={self.num_members}, model={type(self._template[0]).__name__}"
+
+
+def clip_grad_norm_per_member(parameters: Sequence[Tensor], max_norm: float) -> Tensor:
+    """Chapter 9, eq. (9.4), per member: scale member ``k``'s gradients by ``min(1, c / (|g_k| + eps))``.
+
+    ``parameters``: stacked tensors ``[K, ...]`` with gradients.  ``||g_k||`` is the
+    global norm over member ``k``'s slices of all of them, as
+    ``torch.nn.utils.clip_grad_norm_`` computes it for one model.  Returns the
+    norms before clipping, ``[K]``.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        raise ValueError("clip_grad_norm_per_member: no parameter has a gradient")
+    norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads]).sum(0).sqrt()  # [K]
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)  # [K]
+    for g in grads:
+        g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
+    return norms
+
+
+class _AdamWClippedPerMember(torch.optim.AdamW):
+    """AdamW (elementwise, so independent per member) after clipping per member."""
+
+    def __init__(self, params: list[nn.Parameter], max_norm: float | None, **kw: Any) -> None:
+        super().__init__(params, **kw)
+        self.max_norm = max_norm
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> Any:
+        if self.max_norm is not None:
+            clip_grad_norm_per_member(self.param_groups[0]["params"], self.max_norm)
+        return super().step(closure)
+
+
+def train_stacked(
+    model: Stacked,
+    make_batch: Callable[[], Any],
+    loss_fn: Callable[[nn.Module, Any], Tensor],
+    steps: int,
+    lr: float = 1e-3,
+    *,
+    weight_decay: float = 0.01,
+    clip_norm: float | None = 1.0,
+    callbacks: Sequence[Callback] = (),
+    progress: bool = False,
+    desc: str = "training",
+) -> list[float]:
+    """:func:`course_lib.training.train` for a :class:`Stacked` model, members independent.
+
+    ``loss_fn(model, batch)`` returns the members' losses ``[K]``; their *sum* is
+    minimised, so member ``k``'s gradient is that of its own loss.  Gradients are
+    clipped per member (:func:`clip_grad_norm_per_member`) before each AdamW
+    step; returns the summed loss of each update.
+    """
+    if not isinstance(model, Stacked):
+        raise TypeError(f"train_stacked: needs a Stacked model, got {type(model).__name__}")
+
+    def summed(m: nn.Module, batch: Any) -> Tensor:
+        losses = loss_fn(m, batch)
+        if losses.shape != (model.num_members,):
+            raise ValueError(
+                f"train_stacked: loss_fn must return one loss per member, shape "
+                f"[{model.num_members}], got {tuple(losses.shape)}"
+            )
+        return losses.sum()
+
+    def optimizer(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        return _AdamWClippedPerMember(params, clip_norm, lr=lr, weight_decay=weight_decay)
+
+    return train(
+        model, make_batch, summed, steps, lr, clip_norm=None, optimizer=optimizer,
+        callbacks=callbacks, progress=progress, desc=desc,
+    )  # fmt: skip
+
+
+class BestPerMember(Callback):
+    """Validation-based selection for each member of a :class:`Stacked` model.
+
+    Every ``every`` updates (and after the last), ``eval_fn(model) -> [K]`` is
+    computed in eval mode without gradients; ``evals`` keeps ``(step, values)``.
+    Each member's parameters are copied where its value is the lowest so far
+    (``best_step [K]``, ``best_value [K]``) and loaded back at the end, as
+    :class:`course_lib.training.EarlyStopping` with ``restore_best`` does for one model.
+    """
+
+    def __init__(self, eval_fn: Callable[[nn.Module], Tensor], every: int = 50) -> None:
+        if every < 1:
+            raise ValueError(f"BestPerMember: every must be >= 1, got {every}")
+        self.eval_fn, self.every = eval_fn, every
+        self.evals: list[tuple[int, Tensor]] = []
+        self.best_value: Tensor | None = None
+        self.best_step: Tensor | None = None
+        self._best: dict[str, Tensor] = {}
+
+    def on_step(self, run: Run) -> None:
+        if run.step % self.every and run.step != run.steps:
+            return
+        model = run.model
+        model.eval()
+        with torch.no_grad():
+            value = torch.as_tensor(self.eval_fn(model)).detach().float().cpu()  # [K]
+            if self.best_value is None:
+                better = torch.ones_like(value, dtype=torch.bool)
+                self.best_value, self.best_step = value.clone(), torch.zeros_like(value).long()
+                self._best = {n: p.detach().clone() for n, p in model.named_parameters()}
+            else:
+                better = value < self.best_value
+            self.best_value = torch.where(better, value, self.best_value)
+            self.best_step = torch.where(better, run.step, self.best_step)
+            for n, p in model.named_parameters():
+                mask = better.to(p.device).view(-1, *([1] * (p.dim() - 1)))
+                self._best[n] = torch.where(mask, p.detach(), self._best[n])
+        model.train()
+        self.evals.append((run.step, value))
+
+    def on_end(self, run: Run) -> None:
+        with torch.no_grad():
+            for n, p in run.model.named_parameters():
+                if n in self._best:
+                    p.copy_(self._best[n])

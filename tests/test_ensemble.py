@@ -1,0 +1,115 @@
+"""Stacked members (course_lib.ensemble): the same numbers as separate models and runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib.ensemble import BestPerMember, Stacked, clip_grad_norm_per_member, train_stacked
+from course_lib.forecasting import NLinear
+from course_lib.timeseries import PatchForecaster
+from course_lib.training import Schedule, train, warmup_cosine
+
+K = 3
+
+
+def _forecasters(mode: str = "horizon") -> list[PatchForecaster]:
+    models = []
+    for seed in range(K):
+        torch.manual_seed(seed)
+        kw = dict(patch_len=8, stride=4, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+        models.append(PatchForecaster(32, 8, n_exog=2, exog_mode=mode, **kw))
+    return models
+
+
+@pytest.mark.parametrize("mode", ["cross", "concat", "horizon"])
+def test_stacked_forward_is_each_members_forward(mode):
+    models = _forecasters(mode)
+    stacked = Stacked(models).eval()
+    x, e = torch.randn(K, 5, 32, 1) + 10, torch.randn(K, 5, 40, 2)
+    out = stacked(x, e)
+    ref = torch.stack([m.eval()(x[k], e[k]) for k, m in enumerate(models)])
+    assert out.shape == (K, 5, 8, 1) and torch.allclose(out, ref, atol=1e-5)
+    shared = stacked.shared(x[0], e[0])  # every member reads the same windows
+    assert torch.allclose(shared, torch.stack([m(x[0], e[0]) for m in models]), atol=1e-5)
+    member = stacked.member(1)  # an ordinary module with member 1's weights
+    assert isinstance(member, PatchForecaster) and torch.allclose(member(x[1], e[1]), ref[1])
+    with pytest.raises(ValueError, match=r"member dimension first, \[K=3"):
+        stacked(x[0], e[0])
+    with pytest.raises(IndexError, match="0..2"):
+        stacked.member(3)
+    with pytest.raises(ValueError, match="same class"):
+        Stacked([models[0], NLinear(32, 8)])
+
+
+def test_training_stacked_members_equals_separate_runs():
+    """AdamW is elementwise and clipping is per member, so K members trained together
+    on their own batches end where K separate train() runs on those batches end."""
+    torch.manual_seed(0)
+    batches = [(torch.randn(K, 4, 32, 1) * 3 + 5, torch.randn(K, 4, 8, 1)) for _ in range(6)]
+    models = _forecasters("concat")
+    for m in models:
+        m.exog_mode, m.n_exog = None, 0  # no covariates: the plain encoder and head
+        m.head = torch.nn.Linear(m.n_patches * 16, 8)
+    stacked = Stacked(models)
+    it = iter(batches)
+    losses = train_stacked(
+        stacked, lambda: next(it), lambda m, b: (m(b[0]) - b[1]).abs().flatten(1).mean(1), 6,
+        1e-2, clip_norm=0.05, callbacks=[Schedule(warmup_cosine(2, 6))],
+    )  # fmt: skip
+    total = torch.zeros(6)
+    for k, m in enumerate(models):  # the same batches, one model at a time
+        it_k = iter(batches)
+        total += torch.tensor(train(
+            m, lambda it_k=it_k: next(it_k), lambda m_, b, k=k: (m_(b[0][k]) - b[1][k]).abs().mean(),
+            6, 1e-2, clip_norm=0.05, callbacks=[Schedule(warmup_cosine(2, 6))], progress=False,
+        ))  # fmt: skip
+        # outputs, not every weight: the keys' bias gets a gradient of rounding noise
+        # only (softmax ignores it), which Adam scales up differently in each run
+        x = torch.randn(7, 32, 1) * 3 + 5
+        with torch.no_grad():
+            assert torch.allclose(stacked.member(k).eval()(x), m.eval()(x), atol=1e-4)
+    assert torch.allclose(torch.tensor(losses), total, atol=1e-4)
+
+
+def test_clip_per_member_matches_clip_grad_norm():
+    grads = [torch.randn(K, 4, 5), torch.randn(K, 7)]
+    params = [torch.zeros_like(g, requires_grad=True) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+    norms = clip_grad_norm_per_member(params, 1.0)
+    for k in range(K):
+        ref = [g[k].clone().requires_grad_() for g in grads]
+        for r in ref:
+            r.grad = r.detach().clone()
+        norm = torch.nn.utils.clip_grad_norm_(ref, 1.0)
+        assert torch.isclose(norms[k], norm)
+        for p, r in zip(params, ref, strict=True):
+            assert torch.allclose(p.grad[k], r.grad, atol=1e-6)
+
+
+def test_best_per_member_keeps_each_members_best_weights():
+    torch.manual_seed(0)
+    stacked = Stacked([NLinear(6, 2) for _ in range(K)])
+    values = iter([[3.0, 1.0, 2.0], [1.0, 2.0, 2.0], [2.0, 0.5, 3.0]])  # evaluations 1..3
+
+    def eval_fn(model):
+        return torch.tensor(next(values))
+
+    best = BestPerMember(eval_fn, every=1)
+    snapshots = []
+
+    def loss_fn(model, batch):
+        snapshots.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        return (model(batch[0]) - batch[1]).pow(2).flatten(1).mean(1)
+
+    batch = (torch.randn(K, 8, 6, 1), torch.randn(K, 8, 2, 1))
+    train_stacked(stacked, lambda: batch, loss_fn, 3, 0.1, callbacks=[best])
+    assert best.best_step.tolist() == [2, 3, 1] and best.best_value.tolist() == [1.0, 0.5, 2.0]
+    after = {n: p.detach() for n, p in stacked.named_parameters()}
+    # the weights after update s are the ones the loss of update s + 1 saw (or the final ones)
+    finals = {n: p.detach().clone() for n, p in after.items()}
+    states = snapshots[1:] + [finals]  # after updates 1, 2 and 3
+    for n, p in after.items():
+        for k, step in enumerate(best.best_step.tolist()):
+            assert torch.equal(p[k], states[step - 1][n][k]), (n, k)
