@@ -14,7 +14,8 @@ what a language model needs around it:
   the distribution :func:`next_token_probs`;
 * LoRA (11.4) ``y = W x + b + (alpha / r) B A x`` with ``W`` frozen, ``A`` [r, in],
   ``B`` [out, r] = 0 at the start (:class:`LoRALinear`, :func:`add_lora`,
-  :func:`merge_lora`);
+  :func:`merge_lora`), and on the query and value slices of the fused attention
+  projection, Hu et al.'s placement (:class:`SliceLoRA`, :func:`add_qv_lora`);
 * bottleneck adapters (11.5) ``h + W_up phi(W_down h + b_down) + b_up`` on a
   frozen sub-layer's output ``h``, ``W_up`` = 0 at the start
   (:class:`BottleneckAdapter`, :func:`add_adapters`);
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from course_lib.lm import evaluate_lm
 from course_lib.transformer import ACTIVATIONS, DecoderOnly
@@ -44,6 +46,8 @@ __all__ = [
     "LoRALinear",
     "add_lora",
     "merge_lora",
+    "SliceLoRA",
+    "add_qv_lora",
     "BottleneckAdapter",
     "add_adapters",
     "count_parameters",
@@ -284,9 +288,75 @@ def add_lora(
     return model
 
 
+class SliceLoRA(nn.Module):
+    """LoRA (11.4) on chosen slices of a fused projection ``[W_Q; W_K; W_V]`` [3D, D], Chapter 11.
+
+    A parametrization (``torch.nn.utils.parametrize``) of the attention's
+    ``in_proj_weight``: ``forward(W) = W + (alpha / r) [dW_Q; dW_K; dW_V]`` with
+    ``dW_s = B_s A_s`` for each slice ``s`` in ``slices`` (``A_s`` [r, D] Kaiming,
+    ``B_s`` [D, r] zero, as in :class:`LoRALinear`) and ``dW_s = 0`` for the others.
+    ``slices=("q", "v")`` is the placement of Hu et al. (2021): the same update
+    as a :class:`LoRALinear` on separate ``W_Q`` and ``W_V`` layers.
+    """
+
+    def __init__(self, weight: Tensor, r: int = 4, alpha: float = 8.0, slices=("q", "v")):
+        super().__init__()
+        if r < 1:
+            raise ValueError(f"SliceLoRA: r must be >= 1, got {r}")
+        if not slices or not set(slices) <= {"q", "k", "v"}:
+            raise ValueError(f"SliceLoRA: slices must be a non-empty subset of 'qkv', got {slices}")
+        three_d, d = weight.shape  #                                           [3D, D]
+        if three_d != 3 * d:
+            raise ValueError(
+                f"SliceLoRA: expected a fused [3D, D] weight, got {list(weight.shape)}"
+            )
+        self.r, self.scale, self.slices = r, alpha / r, tuple(slices)
+        kw = dict(device=weight.device, dtype=weight.dtype)
+        self.lora_A = nn.ParameterDict(
+            {s: nn.Parameter(torch.empty(r, d, **kw)) for s in self.slices}  # A_s [r, D]
+        )
+        self.lora_B = nn.ParameterDict(
+            {s: nn.Parameter(torch.zeros(d, r, **kw)) for s in self.slices}  # B_s [D, r]
+        )
+        for a in self.lora_A.values():
+            nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+
+    def forward(self, weight: Tensor) -> Tensor:
+        d = weight.shape[1]
+        zero = weight.new_zeros(d, d)
+        delta = [self.lora_B[s] @ self.lora_A[s] if s in self.slices else zero for s in "qkv"]
+        return weight + self.scale * torch.cat(delta)  # (11.4) per slice       [3D, D]
+
+
+def add_qv_lora(
+    model: nn.Module, r: int = 4, alpha: float = 8.0, slices: tuple[str, ...] = ("q", "v")
+) -> nn.Module:
+    """Freeze ``model`` and put a :class:`SliceLoRA` on every fused ``in_proj_weight`` (in place).
+
+    Default: the query and value slices, LoRA's placement in Hu et al. (2021).
+    Returns the model; only the LoRA factors train.  :func:`merge_lora` folds them in.
+    """
+    owners = [m for m in model.modules() if isinstance(getattr(m, "in_proj_weight", None), Tensor)]
+    if not owners:
+        raise ValueError("add_qv_lora: the model has no attention with a fused in_proj_weight")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for m in owners:
+        parametrize.register_parametrization(
+            m, "in_proj_weight", SliceLoRA(m.in_proj_weight, r, alpha, slices)
+        )
+    return model
+
+
 def merge_lora(model: nn.Module) -> nn.Module:
-    """Replace every :class:`LoRALinear` by its merged ``nn.Linear`` (in place); returns the model."""
+    """Fold every :class:`LoRALinear` and :class:`SliceLoRA` into plain weights (in place).
+
+    Returns the model, with its original parameter count and no extra work per forward pass.
+    """
     _replace(model, lambda name, m: isinstance(m, LoRALinear), lambda m: m.merged())
+    for m in list(model.modules()):
+        if parametrize.is_parametrized(m, "in_proj_weight"):
+            parametrize.remove_parametrizations(m, "in_proj_weight", leave_parametrized=True)
     return model
 
 

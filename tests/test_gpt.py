@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import GPT2Config, GPT2Model
 
 from course_lib import gpt, lm
@@ -105,6 +106,76 @@ def test_lora_freezes_base_and_merges():
     assert gpt.count_parameters(model) == total
     with torch.no_grad():
         assert torch.allclose(model(x), unmerged, atol=1e-5)
+
+
+def test_qv_lora_on_the_fused_projection():
+    model = small_gpt()
+    total = gpt.count_parameters(model)
+    x = torch.randint(50, (2, 12))
+    with torch.no_grad():
+        before = model(x)
+    w0 = {n: m.in_proj_weight.clone() for n, m in model.named_modules() if hasattr(m, "out_proj")}
+    gpt.add_qv_lora(model, r=2, alpha=4.0)
+    d, r = 32, 2
+    assert gpt.count_parameters(model, trainable=True) == 2 * 2 * (2 * r * d)  # 2 blocks, q and v
+    with torch.no_grad():
+        assert torch.equal(model(x), before)  # B = 0: the model is unchanged
+    copy.deepcopy(model)  # a parametrized model can be copied (the chapter copies it)
+    attn = model.blocks.layers[0].self_attn
+    lora = attn.parametrizations.in_proj_weight[0]
+    with torch.no_grad():
+        for s in "qv":
+            lora.lora_B[s].normal_()
+        # the same update as an explicit LoRALinear on W_Q and on W_V, and none on W_K
+        u = torch.randn(5, d)
+        wq, wk, wv = w0["blocks.layers.0.self_attn"].chunk(3)
+        bq, bk, bv = attn.in_proj_bias.chunk(3)
+        fused = F.linear(u, attn.in_proj_weight, attn.in_proj_bias).chunk(3, -1)
+        for s, w, b, out in (("q", wq, bq, fused[0]), ("v", wv, bv, fused[2])):
+            explicit = gpt.LoRALinear(nn.Linear(d, d), r=r, alpha=4.0)
+            explicit.base.weight.copy_(w)
+            explicit.base.bias.copy_(b)
+            explicit.lora_A.copy_(lora.lora_A[s])
+            explicit.lora_B.copy_(lora.lora_B[s])
+            assert torch.allclose(explicit(u), out, atol=1e-5)
+        assert torch.equal(fused[1], F.linear(u, wk, bk))
+        unmerged = model(x)
+    assert (unmerged - before).abs().max() > 1e-2
+    gpt.merge_lora(model)
+    assert gpt.count_parameters(model) == total
+    assert not any(isinstance(m, gpt.SliceLoRA) for m in model.modules())
+    with torch.no_grad():
+        assert torch.allclose(model(x), unmerged, atol=1e-5)
+
+
+def test_slice_lora_scale_is_alpha_over_r():
+    d, r, alpha = 4, 3, 6.0
+    lora = gpt.SliceLoRA(torch.zeros(3 * d, d), r=r, alpha=alpha)
+    with torch.no_grad():
+        for s in "qv":
+            lora.lora_A[s].fill_(1.0)
+            lora.lora_B[s].fill_(1.0)
+    delta = lora(torch.zeros(3 * d, d))  # (alpha / r) * (B A), B A = r everywhere: alpha
+    expected = torch.cat([torch.full((d, d), alpha), torch.zeros(d, d), torch.full((d, d), alpha)])
+    assert torch.equal(delta, expected)
+    with pytest.raises(ValueError, match="fused"):
+        gpt.SliceLoRA(torch.zeros(5, 4))
+    with pytest.raises(ValueError, match="slices"):
+        gpt.SliceLoRA(torch.zeros(12, 4), slices=("x",))
+
+
+def test_qv_lora_trains_only_the_factors():
+    model = small_gpt()
+    frozen = {n: p.clone() for n, p in model.named_parameters()}
+    gpt.add_qv_lora(model)
+    data = torch.arange(400) % 7
+    lm.train_lm(model, data, 5, block=12, batch_size=4, lr=1e-2, progress=False)
+    gpt.merge_lora(model)
+    moved = [n for n, p in model.named_parameters() if not torch.equal(p, frozen[n])]
+    assert moved and all(n.endswith("in_proj_weight") for n in moved)
+    w = model.blocks.layers[0].self_attn.in_proj_weight.detach()
+    w_old = frozen["blocks.layers.0.self_attn.in_proj_weight"]
+    assert torch.equal(w[32:64], w_old[32:64])  # the key slice never moved
 
 
 def test_training_lowers_loss():
