@@ -85,7 +85,7 @@ class StackedNodeModel(nn.Module):
 
     ``StackedNodeModel(models)``: the weights of ``models[s]`` become slice ``s``
     of each stacked parameter.  ``forward(x, edge_index) -> logits [N, S, K]``,
-    ``x`` from :func:`block_features`.  :meth:`weights` / :meth:`load_weights`
+    ``x`` from :func:`block_features` (sparse) or a dense [N, F_in] tensor.  :meth:`weights` / :meth:`load_weights`
     copy all parameters (for early stopping); :meth:`layer_parameters` lists
     the first layer's parameters (Kipf's weight decay applies to them only).
     """
@@ -100,8 +100,7 @@ class StackedNodeModel(nn.Module):
             raise ValueError(f"StackedNodeModel: unknown model {type(first).__name__}")
         self.kind, self.dropout, self.seeds = type(first), first.dropout, len(models)
         if isinstance(first, gat.GAT):
-            self.layer_kind = type(first.conv1)
-            self.att_dropout = first.conv1.dropout
+            self.layer_kind = type(first.conv1)  # its attention dropout is first.dropout too
             self.heads = (first.conv1.heads, first.conv2.heads)
             self.dims = (first.conv1.out_features, first.conv2.out_features)
         states = [m.state_dict() for m in models]
@@ -147,7 +146,7 @@ class StackedNodeModel(nn.Module):
             att = self.p(pre + "att").view(1, self.seeds, heads, d)
             e = (F.leaky_relu(x_j + x_dst[dst], 0.2) * att).sum(-1)  #               [E, S, h]
         alpha = gat.segment_softmax(e, dst, num_nodes)  # (14.3)                     [E, S, h]
-        alpha = sparse.dropout(alpha, self.att_dropout, self.training)
+        alpha = sparse.dropout(alpha, self.dropout, self.training)
         out = x_j.new_zeros(num_nodes, *x_j.shape[1:])
         out = out.index_add_(0, dst, x_j * alpha.unsqueeze(-1))  # (14.4)         [N, S, h, d]
         out = out.flatten(2) if i == 0 else out.mean(2)  # concatenate / average the heads
@@ -162,8 +161,11 @@ class StackedNodeModel(nn.Module):
         out = torch.zeros_like(wx).index_add_(0, dst, wx[src] * norm)
         return out + self.p(f"conv{i + 1}.bias")
 
-    def forward(self, x: SparseFeatures, edge_index: Tensor) -> Tensor:
-        num_nodes = x.shape[0] // self.seeds
+    def forward(self, x: SparseFeatures | Tensor, edge_index: Tensor) -> Tensor:
+        if isinstance(x, SparseFeatures):  # block_features(x, S)             [N S, S F_in]
+            num_nodes = x.shape[0] // self.seeds
+        else:  # dense [N, F_in], the same for every seed                     [N, S, F_in]
+            num_nodes, x = x.shape[0], x.unsqueeze(1).expand(-1, self.seeds, -1)
         x = self._drop(x)
         if self.kind is gat.MLP:
             h = F.relu(_linear(x, self.p("lin1.weight"), self.p("lin1.bias")))
