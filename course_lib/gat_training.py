@@ -1,10 +1,10 @@
-"""Training node classifiers with the GAT paper's early stopping (Chapter 14).
+"""Training node classifiers: the GAT paper's early stopping, many seeds over the cores (Chapter 14).
 
 * :func:`fit_node_classifier` trains one model of :mod:`course_lib.gat` on one
   graph, full batch, with Adam and the stopping rule of the GAT paper's code
   (:class:`PaperEarlyStopping`), and returns a :class:`FitResult`.
-* Many seeds of one model train as one stacked model in
-  :mod:`course_lib.gat_stacked`, with the same rule per seed.
+* :func:`fit_seeds` trains several models (each a :class:`Setup`) once per
+  seed; the runs are independent, so on the CPU they are spread over processes.
 
 Shapes: ``N`` nodes, ``E`` edges, ``F_in`` input features, ``K`` classes.  The
 node features ``x`` [N, F_in] may be dense, sparse COO or
@@ -14,15 +14,21 @@ holds the labels and ``masks = (train, val, test)`` are three bool [N] masks.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
+from course_lib.runtime import seed_everything
 from course_lib.sparse import SparseFeatures
 from course_lib.training import Callback, Run, train
 
@@ -31,6 +37,8 @@ __all__ = [
     "FitResult",
     "PaperEarlyStopping",
     "fit_node_classifier",
+    "Setup",
+    "fit_seeds",
 ]
 
 Masks = tuple[Tensor, Tensor, Tensor]  # (train, val, test), bool [N] each
@@ -175,3 +183,128 @@ def fit_node_classifier(
             **(stopping.history if stopping else {}),
         },
     )
+
+
+# ---------------------------------------------------------------------------
+# Many seeds, spread over the CPU's cores
+# ---------------------------------------------------------------------------
+
+_FIT_ARGUMENTS = ("lr", "weight_decay", "max_epochs", "patience")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One model for :func:`fit_seeds`: ``Setup(model, model_kwargs, fit_kwargs)``.
+
+    ``model`` is an ``nn.Module`` class, built as ``model(**model_kwargs)``;
+    ``fit_kwargs`` are :func:`fit_node_classifier`'s training arguments
+    (``lr``, ``weight_decay``, ``max_epochs``, ``patience``).
+    """
+
+    model: type[nn.Module]
+    model_kwargs: dict = field(default_factory=dict)
+    fit_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.model, type) and issubclass(self.model, nn.Module)):
+            raise TypeError(f"Setup: model must be an nn.Module class, got {self.model!r}")
+        for name in ("model_kwargs", "fit_kwargs"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"Setup: {name} must be a dict, got {getattr(self, name)!r}")
+        unknown = sorted(set(self.fit_kwargs) - set(_FIT_ARGUMENTS))
+        if unknown:
+            raise ValueError(
+                f"Setup: unknown training arguments {unknown}; allowed: {sorted(_FIT_ARGUMENTS)}"
+            )
+
+
+_worker_data: tuple | None = None  # (x, edge_index, y, masks), set in each worker process
+
+
+def _start_worker(data: tuple, num_threads: int) -> None:
+    global _worker_data
+    torch.set_num_threads(num_threads)
+    _worker_data = data
+
+
+def _run_one(setup: Setup, seed: int, data: tuple | None = None) -> FitResult:
+    """Seed everything with ``seed``, build the model of ``setup`` and train it."""
+    x, edge_index, y, masks = data if data is not None else _worker_data
+    seed_everything(seed)
+    model = setup.model(**setup.model_kwargs).to(x.device)
+    return fit_node_classifier(model, x, edge_index, y, masks, progress=False, **setup.fit_kwargs)
+
+
+def _run_in_pool(
+    setups: dict[str, Setup], runs: list[tuple[str, int]], data: tuple, workers: int, bar: tqdm
+) -> dict[tuple[str, int], FitResult]:
+    """Each run ``(name, seed)`` in one of ``workers`` fresh processes."""
+    results: dict[tuple[str, int], FitResult] = {}
+    # "spawn": a fresh interpreter per worker, safe whatever threads this one runs.
+    context = multiprocessing.get_context("spawn")
+    # The workers share this process's threads: more threads than cores slows every run down.
+    init = (data, max(1, torch.get_num_threads() // workers))
+    with ProcessPoolExecutor(workers, context, _start_worker, init) as pool:
+        futures = {pool.submit(_run_one, setups[name], seed): (name, seed) for name, seed in runs}
+        try:
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                bar.update()
+        except BrokenProcessPool as error:
+            raise RuntimeError(
+                "fit_seeds: a worker process died before finishing its run. In a Python "
+                "script, call fit_seeds under `if __name__ == '__main__':` (each worker "
+                "imports the script again); if memory is short, pass workers=1."
+            ) from error
+    return results
+
+
+def fit_seeds(
+    setups: dict[str, Setup],
+    seeds: Iterable[int],
+    x: Tensor | SparseFeatures,
+    edge_index: Tensor,
+    y: Tensor,
+    masks: Masks,
+    *,
+    workers: int | None = None,
+    desc: str = "runs",
+) -> dict[str, list[FitResult]]:
+    """Train each model of ``setups`` once per seed; returns ``{name: [FitResult per seed]}``.
+
+    ``setups`` maps a name to a :class:`Setup`; run ``(name, seed)`` calls
+    :func:`course_lib.seed_everything` with ``seed``, builds the model and
+    trains it with :func:`fit_node_classifier` and the setup's training
+    arguments.
+
+    The runs are independent, so on the CPU they are spread over ``workers``
+    processes (default: one per core this process may use, at most 8), which
+    share this process's torch threads (at least one each: one, after
+    :func:`course_lib.setup_notebook`).  Each run seeds everything with its own
+    seed, so the results do not depend on the number of workers, and the wall
+    time falls with the number of cores.  The runs start in the order of
+    ``setups``, so put the slowest first.  On a GPU, or with ``workers=1``,
+    the runs go one after another in this process.
+    """
+    for name, setup in setups.items():
+        if not isinstance(setup, Setup):
+            raise TypeError(
+                f"fit_seeds: setups[{name!r}] must be a Setup(model, model_kwargs, fit_kwargs), "
+                f"got {setup!r}"
+            )
+    seeds = list(seeds)
+    runs = [(name, seed) for name in setups for seed in seeds]
+    data = (x, edge_index, y, masks)
+    if workers is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        workers = min(cores or 1, 8, len(runs))
+    bar = tqdm(total=len(runs), desc=desc)
+    if x.device.type != "cpu" or workers <= 1:
+        results = {}
+        for name, seed in runs:
+            results[name, seed] = _run_one(setups[name], seed, data)
+            bar.update()
+    else:
+        results = _run_in_pool(setups, runs, data, workers, bar)
+    bar.close()
+    return {name: [results[name, seed] for seed in seeds] for name in setups}

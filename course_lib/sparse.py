@@ -106,7 +106,7 @@ class SparseFeatures:
     def to_dense(self) -> Tensor:
         return self.csr.to_dense()
 
-    # Pickling (a worker process receives the features this way):
+    # Pickling (a worker process of course_lib.gat_training.fit_seeds receives the features):
     # send plain tensors and rebuild the CSR tensors here, where the notice is silenced.
     def __getstate__(self) -> dict:
         def parts(m: Tensor) -> tuple:

@@ -10,6 +10,7 @@ import torch
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv
 
 from course_lib import gat, gat_training, sparse
+from course_lib.gat_training import Setup
 from course_lib.training import Callback, train
 
 N, F_IN = 7, 5
@@ -165,7 +166,7 @@ def test_sparse_features_layout():
     assert torch.equal(sparse.SparseFeatures(x.to_sparse()).to_dense(), x)
     new = sf.with_values(torch.arange(sf.values().numel(), dtype=torch.float))
     assert torch.equal(new.csr_t.to_dense(), new.to_dense().T)  # x^T follows the new values
-    copy = pickle.loads(pickle.dumps(new))  # pickled, as a data loader's worker would receive it
+    copy = pickle.loads(pickle.dumps(new))  # as sent to a worker process of fit_seeds
     assert torch.equal(copy.to_dense(), new.to_dense()) and torch.equal(copy.perm, new.perm)
     assert torch.equal(copy.csr_t.to_dense(), new.csr_t.to_dense())
     with pytest.raises(ValueError, match=r"x must be \[N, F_in\]"):
@@ -334,6 +335,59 @@ def small_task():
     edges = torch.tensor([[i, (i + 2) % 20] for i in range(20)]).T
     idx = torch.arange(20)
     return x, edges, y, (idx < 8, (idx >= 8) & (idx < 12), idx >= 12)
+
+
+def test_fit_seeds_same_in_workers_as_in_process():
+    """Each run is seeded on its own, so spreading runs over processes changes no number."""
+    train = dict(lr=0.05, max_epochs=30, patience=10)
+    setups = {
+        "GAT": Setup(gat.GAT, dict(in_features=2, num_classes=2, hidden=4, heads=2), train),
+        "MLP": Setup(gat.MLP, dict(in_features=2, hidden=8, num_classes=2), train),
+    }
+    x, *task = small_task()
+    features = sparse.SparseFeatures(x)  # the workers receive sparse features, as in ch14
+    one = gat_training.fit_seeds(setups, [0, 1], features, *task, workers=1)
+    two = gat_training.fit_seeds(setups, [0, 1], features, *task, workers=2)
+    for name in setups:
+        assert len(one[name]) == 2
+        for a, b in zip(one[name], two[name], strict=True):
+            assert a.history == b.history and (a.test_acc, a.best_epoch) == (
+                b.test_acc,
+                b.best_epoch,
+            )
+    assert one["GAT"][0].history != one["GAT"][1].history  # the seed matters
+
+
+def test_setup_errors():
+    task = small_task()
+    with pytest.raises(TypeError, match=r"must be a Setup\(model, model_kwargs, fit_kwargs\)"):
+        gat_training.fit_seeds({"GAT": (gat.GAT, {}, {})}, [0], *task)
+    with pytest.raises(TypeError, match="fit_kwargs must be a dict"):
+        Setup(gat.GAT, {}, 0.01)
+    with pytest.raises(TypeError, match="model must be an nn.Module class"):
+        Setup(gat.GAT(2, 2), {})
+    with pytest.raises(ValueError, match="unknown training arguments \\['epochs'\\]"):
+        Setup(gat.MLP, {}, {"epochs": 5})
+
+
+def test_fit_seeds_explains_a_missing_main_guard(tmp_path):
+    """Spawned workers re-import a script; without the guard they die: the error says why."""
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import torch\n"
+        "from course_lib import gat\n"
+        "from course_lib.gat_training import Setup, fit_seeds\n"
+        "x, edges, y = torch.randn(10, 3), torch.tensor([[0, 1], [1, 0]]), torch.arange(10) % 2\n"
+        "i = torch.arange(10)\n"
+        "masks = (i < 4, (i >= 4) & (i < 7), i >= 7)\n"
+        "setup = Setup(gat.MLP, dict(in_features=3, hidden=4, num_classes=2), dict(max_epochs=3))\n"
+        "fit_seeds({'MLP': setup}, [0, 1], x, edges, y, masks, workers=2)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode != 0
+    assert "call fit_seeds under `if __name__ == '__main__':`" in run.stderr
 
 
 def test_gcn_layer_runs_in_float64():
