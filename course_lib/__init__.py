@@ -25,7 +25,6 @@ implements.  Notebooks import from here and show the source with
 ``gat``            graph convolution and graph attention layers (Ch. 14)
 ``sparse``         sparse node features for the first graph layer (Ch. 14)
 ``gat_training``   node classification with the GAT paper's early stopping (Ch. 14)
-``gat_stacked``    the seeds of one node classifier trained as one model (Ch. 14)
 ``data``           offline data loaders;  ``shapes``, ``show``, ``runtime``, ``sweep``: tooling
 =================  ==========================================================
 

@@ -41,7 +41,6 @@ from course_lib import (
     bert,
     convnet,
     gat,
-    gat_stacked,
     gpt,
     lm,
     positional,
@@ -220,10 +219,6 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "MLP": lambda: (gat.MLP(3, 8, 2, dropout=P), _graph()),
     "GCN": lambda: (gat.GCN(3, 8, 2, dropout=P), _graph()),
     "GAT": lambda: (gat.GAT(3, 2, hidden=4, heads=2, dropout=P), _graph()),
-    "StackedNodeModel": lambda: (
-        gat_stacked.StackedNodeModel(
-            [gat.GAT(3, 2, hidden=4, heads=2, dropout=P) for _ in range(2)]
-        ),
         _graph(),
     ),
 }
