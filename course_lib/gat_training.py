@@ -116,8 +116,8 @@ class PaperEarlyStopping(Callback):
 class WindowEarlyStopping(Callback):
     """Kipf & Welling's early stopping (GCN paper, section 5.3), as a callback of the course's loop.
 
-    "We stop training if the validation loss does not decrease for ``patience``
-    (10) consecutive epochs."  After every epoch ``validate(model)`` gives the
+    Training stops when the validation loss has not decreased for ``patience``
+    (10 in the paper) consecutive epochs.  After every epoch ``validate(model)`` gives the
     validation loss and accuracy; the model keeps its last weights (the paper
     restores none).  ``history`` keeps every epoch's ``val_loss`` and
     ``val_acc``; ``best_epoch`` is the last epoch trained.
