@@ -219,8 +219,6 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "MLP": lambda: (gat.MLP(3, 8, 2, dropout=P), _graph()),
     "GCN": lambda: (gat.GCN(3, 8, 2, dropout=P), _graph()),
     "GAT": lambda: (gat.GAT(3, 2, hidden=4, heads=2, dropout=P), _graph()),
-        _graph(),
-    ),
 }
 
 #: Classes whose dropout cannot be set (so they are built with their fixed rate 0), and why.
