@@ -36,6 +36,7 @@ __all__ = [
     "accuracy",
     "FitResult",
     "PaperEarlyStopping",
+    "WindowEarlyStopping",
     "fit_node_classifier",
     "Setup",
     "fit_seeds",
@@ -112,6 +113,38 @@ class PaperEarlyStopping(Callback):
         run.model.load_state_dict(self.best_weights)
 
 
+class WindowEarlyStopping(Callback):
+    """Kipf & Welling's early stopping (GCN paper, section 5.3), as a callback of the course's loop.
+
+    Training stops when the validation loss has not decreased for ``patience``
+    (10 in the paper) consecutive epochs.  After every epoch ``validate(model)`` gives the
+    validation loss and accuracy; the model keeps its last weights (the paper
+    restores none).  ``history`` keeps every epoch's ``val_loss`` and
+    ``val_acc``; ``best_epoch`` is the last epoch trained.
+    """
+
+    def __init__(self, validate: Callable[[nn.Module], tuple[float, float]], patience: int) -> None:
+        if patience < 1:
+            raise ValueError(f"WindowEarlyStopping: patience must be >= 1, got {patience}")
+        self.validate, self.patience = validate, patience
+        self.best_loss, self.wait, self.best_epoch = float("inf"), 0, 0
+        self.history: dict[str, list[float]] = {"val_loss": [], "val_acc": []}
+
+    def on_step(self, run: Run) -> None:
+        self.best_epoch = run.step - 1  # the weights kept: the last ones
+        val_loss, val_acc = self.validate(run.model)
+        self.history["val_loss"].append(val_loss)
+        self.history["val_acc"].append(val_acc)
+        if val_loss < self.best_loss:
+            self.best_loss, self.wait = val_loss, 0
+        else:
+            self.wait += 1
+            run.stop = self.wait == self.patience
+
+
+_STOPPING = {"gat": PaperEarlyStopping, "gcn": WindowEarlyStopping}
+
+
 def _node_loss_and_accuracy(
     model: nn.Module, x: Tensor | SparseFeatures, edge_index: Tensor, y: Tensor, mask: Tensor
 ) -> tuple[float, float]:
@@ -136,23 +169,38 @@ def fit_node_classifier(
     weight_decay: float = 5e-4,
     max_epochs: int = 1000,
     patience: int | None = 100,
+    stopping: str = "gat",
+    decay_first_layer_only: bool = False,
     progress: bool = True,
     desc: str = "training",
 ) -> FitResult:
-    """Full-batch training with Adam (L2 weight decay) and the GAT paper's early stopping.
+    """Full-batch training with Adam (L2 weight decay) and a paper's early stopping.
 
     The course's loop :func:`course_lib.training.train` takes one step per
-    epoch on the training nodes' cross-entropy (no gradient clipping), with
-    :class:`PaperEarlyStopping` as its callback; ``masks = (train, val, test)``.
-    With ``patience=None`` or an empty validation mask it trains for exactly
-    ``max_epochs`` and keeps the last weights.  Returns a :class:`FitResult`
-    with the test accuracy of the weights kept.
+    epoch on the training nodes' cross-entropy (no gradient clipping);
+    ``masks = (train, val, test)``.  ``stopping="gat"``: the GAT paper's rule,
+    :class:`PaperEarlyStopping`; ``stopping="gcn"``: Kipf & Welling's,
+    :class:`WindowEarlyStopping`.  With ``decay_first_layer_only`` (Kipf &
+    Welling) the weight decay applies to the first layer's parameters only
+    (``conv1.*`` or ``lin1.*``).  With ``patience=None`` or an empty validation
+    mask it trains for exactly ``max_epochs`` and keeps the last weights.
+    Returns a :class:`FitResult` with the test accuracy of the weights kept.
     """
+    if stopping not in _STOPPING:
+        raise ValueError(f"fit_node_classifier: stopping must be 'gat' or 'gcn', got {stopping!r}")
     train_mask, val_mask, test_mask = masks
     callbacks = []
     if patience is not None and bool(val_mask.any()):
         validate = partial(_node_loss_and_accuracy, x=x, edge_index=edge_index, y=y, mask=val_mask)
-        callbacks.append(PaperEarlyStopping(validate, patience))
+        callbacks.append(_STOPPING[stopping](validate, patience))
+    first = [p for n, p in model.named_parameters() if n.startswith(("conv1.", "lin1."))]
+    rest = [p for n, p in model.named_parameters() if not n.startswith(("conv1.", "lin1."))]
+    rest_decay = 0.0 if decay_first_layer_only else weight_decay
+
+    def adam(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        groups = [{"params": first, "weight_decay": weight_decay}]
+        return torch.optim.Adam(groups + [{"params": rest, "weight_decay": rest_decay}], lr=lr)
+
     start = time.perf_counter()
     losses = train(
         model,
@@ -160,7 +208,7 @@ def fit_node_classifier(
         lambda m, mask: F.cross_entropy(m(x, edge_index)[mask], y[mask]),
         max_epochs,
         clip_norm=None,
-        optimizer=lambda params: torch.optim.Adam(params, lr=lr, weight_decay=weight_decay),
+        optimizer=adam,
         callbacks=callbacks,
         progress=progress,
         desc=desc,
@@ -189,7 +237,14 @@ def fit_node_classifier(
 # Many seeds, spread over the CPU's cores
 # ---------------------------------------------------------------------------
 
-_FIT_ARGUMENTS = ("lr", "weight_decay", "max_epochs", "patience")
+_FIT_ARGUMENTS = (
+    "lr",
+    "weight_decay",
+    "max_epochs",
+    "patience",
+    "stopping",
+    "decay_first_layer_only",
+)
 
 
 @dataclass(frozen=True)
@@ -198,7 +253,8 @@ class Setup:
 
     ``model`` is an ``nn.Module`` class, built as ``model(**model_kwargs)``;
     ``fit_kwargs`` are :func:`fit_node_classifier`'s training arguments
-    (``lr``, ``weight_decay``, ``max_epochs``, ``patience``).
+    (``lr``, ``weight_decay``, ``max_epochs``, ``patience``, ``stopping``,
+    ``decay_first_layer_only``).
     """
 
     model: type[nn.Module]

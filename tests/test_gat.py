@@ -318,6 +318,56 @@ def test_paper_early_stopping():
         gat_training.PaperEarlyStopping(validate, patience=0)
 
 
+def test_window_early_stopping():
+    """Kipf & Welling: stop after `patience` epochs without a lower validation loss (accuracy
+    ignored); the last weights stay."""
+    results = iter([(1.0, 0.5), (0.9, 0.1), (0.95, 0.9), (0.9, 0.9), (0.8, 0.0), (0.8, 0.0)])
+    results = iter([*results, (0.85, 0.0), (0.7, 0.0)])
+    model = torch.nn.Linear(1, 1, bias=False)
+    stopping = gat_training.WindowEarlyStopping(lambda m: next(results), patience=2)
+    losses = train(
+        model,
+        lambda: None,
+        lambda m, _: m.weight.sum() * 0 + 1.0,
+        100,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.0),
+        callbacks=[stopping, _SetWeightToStep()],
+        progress=False,
+    )
+    # epochs 2 and 3 bring no lower loss (0.9 ties): stop after epoch 3; epoch 5 (0.8 ties)
+    # never comes
+    assert len(losses) == 4 and stopping.best_epoch == 3
+    assert model.weight.item() == 3.0  # the last weights, not restored
+    with pytest.raises(ValueError, match="patience"):
+        gat_training.WindowEarlyStopping(lambda m: (0.0, 0.0), patience=0)
+
+
+def test_weight_decay_on_the_first_layer_only():
+    """With lr 0 nothing moves, so compare the Adam groups' weight decay directly."""
+    torch.manual_seed(0)
+    x, edges = torch.randn(6, 3), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    y, idx = torch.arange(6) % 2, torch.arange(6)
+    masks = (idx < 2, (idx >= 2) & (idx < 4), idx >= 4)
+    model = gat.GCN(3, 4, 2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    gat_training.fit_node_classifier(
+        model,
+        x,
+        edges,
+        y,
+        masks,
+        lr=0.1,
+        weight_decay=1.0,
+        max_epochs=1,
+        patience=None,
+        decay_first_layer_only=True,
+        progress=False,
+    )
+    assert not torch.equal(before["conv1.lin.weight"], model.conv1.lin.weight)
+    with pytest.raises(ValueError, match="stopping must be 'gat' or 'gcn'"):
+        gat_training.fit_node_classifier(model, x, edges, y, masks, stopping="kipf", progress=False)
+
+
 class _SetWeightToStep(Callback):
     """Before the next validation, set the weight to the number of the epoch just finished."""
 
