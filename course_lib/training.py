@@ -182,7 +182,10 @@ def label_smoothing_cross_entropy(
     nll = -logp.gather(1, safe.unsqueeze(1)).squeeze(1)  # -log p_y       [N, ...]
     uniform = -logp.mean(dim=1)  # mean_c -log p_c                       [N, ...]
     loss = (1.0 - smoothing) * nll + smoothing * uniform
-    return ((loss * keep).sum() / keep.sum().clamp(min=1)).to(logits.dtype)
+    # float32 under autocast (as F.cross_entropy, which autocast runs in float32: a float16
+    # loss times GradScaler's 2**16 overflows), else the logits' dtype
+    out = torch.float32 if torch.is_autocast_enabled(logits.device.type) else logits.dtype
+    return ((loss * keep).sum() / keep.sum().clamp(min=1)).to(out)
 
 
 def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:

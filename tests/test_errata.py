@@ -77,3 +77,50 @@ def test_every_check_named_in_the_errata_exists():
             assert re.search(rf"^def {function}\(", path.read_text(), re.M), (
                 f"the errata name tests/{filename}::{function}, which does not exist"
             )
+
+
+GLUE = re.compile(r"\{glue(?::\w+)?\}`(?:/(notebooks/[\w-]+\.ipynb)::)?([A-Za-z_]\w*)")
+
+
+def _recorded_keys(notebook) -> set[str]:
+    """Names passed to ``record(...)`` or ``glue(...)`` in the notebook's code cells."""
+    import ast
+    import json
+
+    keys: set[str] = set()
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        lines = "".join(cell["source"]).splitlines()
+        code = "\n".join(  # IPython magics become no-ops at their indentation
+            line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+            for line in lines
+        )
+        for node in ast.walk(ast.parse(code)):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            if name == "record":
+                keys |= {k.arg for k in node.keywords if k.arg}
+            elif name == "glue" and node.args and isinstance(node.args[0], ast.Constant):
+                keys.add(node.args[0].value)
+    return keys
+
+
+def test_every_glue_reference_names_a_recorded_value():
+    """A quoted number's key exists where it is read from (the build would only warn per page)."""
+    pages = sorted(ROOT.glob("notebooks/ch*.ipynb")) + sorted((ROOT / "book").rglob("*.md"))
+    missing, checked = [], 0
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for m in GLUE.finditer(text):
+            source = ROOT / m.group(1) if m.group(1) else page
+            if source.suffix != ".ipynb" or not source.exists():
+                missing.append(f"{page.name}: {m.group(0)} (no notebook {source.name}; "
+                               "write /notebooks/chNN_name.ipynb::key)")
+                continue
+            checked += 1
+            if m.group(2) not in _recorded_keys(source):
+                missing.append(f"{page.name}: {m.group(2)} is not recorded in {source.name}")
+    assert checked > 50, checked
+    assert not missing, "\n".join(missing)

@@ -168,6 +168,7 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "Classifier": lambda: (bert.Classifier(bert.BertEncoder(BERT_CFG), 3, P), (_ids(20, 2, 6),)),
     "GPT": lambda: (gpt.GPT(11, D, HEADS, 1, dropout=P, max_len=16), (_ids(11, 2, 6),)),
     "LoRALinear": lambda: (gpt.LoRALinear(nn.Linear(4, 5), r=2), (_x(3, 4),)),
+    "SliceLoRA": lambda: (gpt.SliceLoRA(_x(12, 4), r=2), (_x(12, 4),)),
     "BottleneckAdapter": lambda: (_adapter(nn.Linear(4, 5), 2), (_x(3, 4),)),
     "PatchEmbedding": lambda: (vit.PatchEmbedding(1, D, 2), (_x(2, 1, 4, 4),)),
     "ViT": lambda: (

@@ -435,3 +435,15 @@ def test_ddp_timeout_kills_the_ranks_and_says_so():
     # Starting Python and importing torch alone takes longer than this.
     with pytest.raises(RuntimeError, match=r"did not finish within 0.2 s(.|\n)*--- rank 1"):
         distributed.run_ddp(world_size=2, steps=5, timeout=0.2)
+
+
+def test_label_smoothing_returns_float32_under_autocast_as_cross_entropy():
+    """Under autocast the loss is float32, as F.cross_entropy's: a float16 loss scaled by
+    GradScaler's 2**16 would overflow. Outside autocast it keeps the logits' dtype."""
+    logits, target = torch.randn(6, 5), torch.randint(0, 5, (6,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = nn.Linear(5, 5)(logits)
+        ref = nn.functional.cross_entropy(low, target, label_smoothing=0.1)
+        out = label_smoothing_cross_entropy(low, target, 0.1)
+    assert low.dtype == torch.bfloat16 and ref.dtype == out.dtype == torch.float32
+    assert label_smoothing_cross_entropy(logits.double(), target, 0.1).dtype == torch.float64
