@@ -57,6 +57,7 @@ import nbformat
 import pytest
 import yaml
 
+import course_lib
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.colab
@@ -175,6 +176,8 @@ def _snapshot_repository(target: Path) -> str:
     _run([*git, "init", "-q", "-b", "main"], cwd=target)
     _run([*git, "add", "-A"], cwd=target)
     _run([*git, "commit", "-q", "-m", "snapshot of the working tree"], cwd=target)
+    # the release tag the install cells pin, as the release workflow tags it on GitHub
+    _run([*git, "tag", f"v{course_lib.__version__}"], cwd=target)
     return f"file://{target}"
 
 

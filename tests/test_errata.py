@@ -93,7 +93,9 @@ def _recorded_keys(notebook) -> set[str]:
             continue
         lines = "".join(cell["source"]).splitlines()
         code = "\n".join(  # IPython magics become no-ops at their indentation
-            line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+            line[: len(line) - len(line.lstrip())] + "pass"
+            if line.lstrip().startswith(("%", "!"))
+            else line
             for line in lines
         )
         for node in ast.walk(ast.parse(code)):
@@ -116,8 +118,10 @@ def test_every_glue_reference_names_a_recorded_value():
         for m in GLUE.finditer(text):
             source = ROOT / m.group(1) if m.group(1) else page
             if source.suffix != ".ipynb" or not source.exists():
-                missing.append(f"{page.name}: {m.group(0)} (no notebook {source.name}; "
-                               "write /notebooks/chNN_name.ipynb::key)")
+                missing.append(
+                    f"{page.name}: {m.group(0)} (no notebook {source.name}; "
+                    "write /notebooks/chNN_name.ipynb::key)"
+                )
                 continue
             checked += 1
             if m.group(2) not in _recorded_keys(source):

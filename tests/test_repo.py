@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import course_lib
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
@@ -77,8 +79,13 @@ def test_standard_opening_cells(path):
     assert "remove-cell" in code[0].get("metadata", {}).get("tags", []), (
         "the install cell must be tagged remove-cell so the website hides it"
     )
-    urls = re.findall(r"git\+(https://[^\"'\s]+)", install)
-    assert urls == [REPO_URL], f"install cell installs from {urls}, _config.yml says {REPO_URL}"
+    urls = re.findall(r"git\+(https://[^\"'\s@]+)(@[^\"'\s]*)?", install)
+    pin = f"@v{course_lib.__version__}"
+    assert urls == [(REPO_URL, pin)], (
+        f"install cell installs {urls}; it must install {REPO_URL}{pin}, the release this "
+        "notebook is built with (a student mid-term keeps one library): run "
+        "`python tools/pin_release.py` after a version bump"
+    )
     extras = re.findall(r'"course-lib\[([\w,-]+)\] @ git\+', install)
     assert extras == ["notebooks"], (
         f"the install cell asks for course-lib{extras}: it must install the `notebooks` extra "
@@ -90,7 +97,7 @@ def test_standard_opening_cells(path):
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_colab_badge_opens_this_notebook(path):
     """The first markdown cell is an "Open in Colab" badge for this very notebook, from the
-    repository's main branch, for students who start from GitHub. The website has its own
+    repository's Colab edition (the ``colab`` branch, MyST turned into Markdown), for students who start from GitHub. The website has its own
     launch button, so the cell is tagged remove-cell there (and the site loads no image
     from another host)."""
     nb = json.loads(path.read_text())
@@ -277,3 +284,19 @@ def test_release_metadata_agrees():
     ), "CHANGELOG.md: no section"
     licence = (ROOT / "LICENSE").read_text()
     assert "MIT License" in licence and "CC BY 4.0" in licence
+
+
+def test_every_colab_link_and_install_pin_follows_the_release():
+    """Every install cell pins this version and every Colab link (badges, exercise lists)
+    opens the Colab edition's branch: what ``tools/pin_release.py`` writes."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import pin_release
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    stale = pin_release.pin(ROOT, check=True)
+    assert not stale, f"run `python tools/pin_release.py`: stale pins or links in {stale}"
+    assert (
+        pin_release._rewrite('x "a @ git+U@v0.1.0"\n%pip install', True, "U", "9.9.9", "colab")
+        == 'x "a @ git+U@v9.9.9"\n%pip install'
+    )
