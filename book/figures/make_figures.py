@@ -1290,8 +1290,8 @@ def bpe_pipeline() -> Svg:
         f.rect(762, top + i * row_h, 46, row_h, "attn")
     f.text(785, top - 8, "$E$", size=14)
     f.shape(785, top + n_rows * row_h + 18, f"[{n_rows}, d]")
-    f.text(814, top + 2 * row_h + 6, "row 2", size=11, cls="note", anchor="start")
-    f.text(814, top + 16 * row_h + 6, "row 16", size=11, cls="note", anchor="start")
+    f.text(814, top + 2 * row_h + 6, "id 2", size=11, cls="note", anchor="start")
+    f.text(814, top + 16 * row_h + 6, "id 16", size=11, cls="note", anchor="start")
     f.text(
         430,
         428,
