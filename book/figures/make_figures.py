@@ -1523,7 +1523,7 @@ def patch_forecaster() -> Svg:
         "Top: the history x of L = 156 weeks, normalised by its own mean and standard "
         "deviation (RevIN), is cut into N = 18 overlapping patches of P = 16 steps with "
         "stride S = 8; each patch is embedded by a linear map W_p plus a learned position "
-        "w^pos_n, and the N tokens pass through L pre-norm blocks; the outputs are flattened "
+        "w^pos_n, and the N tokens pass through 2 pre-norm blocks; the outputs are flattened "
         "and mapped linearly to the H = 52 future values, and the normalisation is undone "
         "(10.4). Bottom: the covariates u over the history and the horizon, 208 steps, are "
         "patched and embedded into 25 memory tokens M; in the variant with covariates each "
@@ -1560,7 +1560,7 @@ def patch_forecaster() -> Svg:
     f.shape(394, y + 24, "[N, D]")
     # the blocks
     f.rect(414, 44, 296, 120, "group", rx=10)
-    f.text(562, 32, "$\\times L$ pre-norm blocks (LN, residuals not drawn)", size=13, cls="note")
+    f.text(562, 32, "$\\times 2$ pre-norm blocks (LN, residuals not drawn)", size=13, cls="note")
     boxes = (
         (466, "self-\nattention", "attn"),
         (562, "cross-\nattention", "attn"),
