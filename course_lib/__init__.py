@@ -12,7 +12,9 @@ implements.  Notebooks import from here and show the source with
 ``transformer``    feed-forward, blocks, stacks, the three families (Ch. 4)
 ``embeddings``     embedding lookup and static word vectors (Ch. 5)
 ``tokenization``   byte-pair encoding, WordPiece (Ch. 5), Unigram (Ch. 5, 12)
-``positional``     absolute (Ch. 7) and relative (Ch. 8) positions, as attention hooks
+``positional``     absolute positions: sinusoidal and learned tables (Ch. 7)
+``relative``       relative positions: Shaw, T5, ALiBi, RoPE (Ch. 8)
+``position_hooks`` the relative methods as hooks of multi-head attention (Ch. 8)
 ``lm``             character language models: data, loss, training, evaluation (Ch. 8, 9, 11)
 ``training``       the training loop (Ch. 1) and Chapter 9's practices
 ``callbacks``      schedules, early stopping, checkpoints, mixed precision in the loop (Ch. 9)

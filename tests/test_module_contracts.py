@@ -45,7 +45,9 @@ from course_lib import (
     gat,
     gpt,
     lm,
+    position_hooks,
     positional,
+    relative,
     rnn,
     seq2seq,
     timeseries,
@@ -178,11 +180,11 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "ConvNet": lambda: (convnet.ConvNet(4, 3, width=2), (_x(2, 1, 4, 4),)),
     # positions (Chapters 7-8)
     "LearnedPositions": lambda: (positional.LearnedPositions(6, D), (4, 1)),
-    "PositionHook": lambda: _with_hook(positional.PositionHook()),
-    "ShawPositions": lambda: _with_hook(positional.ShawPositions(D // HEADS, 3)),
-    "T5Bias": lambda: _with_hook(positional.T5Bias(HEADS, 8, 16)),
-    "ALiBi": lambda: _with_hook(positional.ALiBi(HEADS)),
-    "RoPE": lambda: _with_hook(positional.RoPE(D // HEADS)),
+    "PositionHook": lambda: _with_hook(position_hooks.PositionHook()),
+    "ShawPositions": lambda: _with_hook(position_hooks.ShawPositions(D // HEADS, 3)),
+    "T5Bias": lambda: _with_hook(position_hooks.T5Bias(HEADS, 8, 16)),
+    "ALiBi": lambda: _with_hook(position_hooks.ALiBi(HEADS)),
+    "RoPE": lambda: _with_hook(position_hooks.RoPE(D // HEADS)),
     "PositionalLM": lambda: (
         lm.PositionalLM(11, "shaw", d_model=D, num_heads=HEADS, num_layers=1, max_len=16),
         (_ids(11, 2, 6),),
@@ -589,11 +591,11 @@ FUNCTIONS: dict[str, Callable[[torch.dtype], object]] = {
     ),
     "masks.to_additive_mask": lambda t: masks.to_additive_mask(masks.causal_mask(3, 3), t),
     "positional.sinusoidal_table": lambda t: positional.sinusoidal_table(6, 8, dtype=t),
-    "positional.apply_rope": lambda t: positional.apply_rope(
-        _f(2, 6, 8, dtype=t), *positional.rope_cos_sin(6, 8, dtype=t)
+    "relative.apply_rope": lambda t: relative.apply_rope(
+        _f(2, 6, 8, dtype=t), *relative.rope_cos_sin(6, 8, dtype=t)
     ),
-    "positional.alibi_bias": lambda t: positional.alibi_bias(positional.alibi_slopes(4).to(t), 5),
-    "positional.t5_bias": lambda t: positional.t5_bias(_f(32, 2, dtype=t), 5),
+    "relative.alibi_bias": lambda t: relative.alibi_bias(relative.alibi_slopes(4).to(t), 5),
+    "relative.t5_bias": lambda t: relative.t5_bias(_f(32, 2, dtype=t), 5),
     "training.label_smoothing_cross_entropy": lambda t: training.label_smoothing_cross_entropy(
         _f(6, 4, dtype=t), torch.tensor([0, 1, 2, 3, 0, 1])
     ),
