@@ -2,7 +2,7 @@
 
 The model is the library's decoder-only Transformer
 (:class:`course_lib.transformer.DecoderOnly`: token and learned position
-embeddings, pre-norm :class:`~course_lib.transformer.EncoderBlock` run with the
+embeddings, pre-norm :class:`~course_lib.blocks.EncoderBlock` run with the
 causal mask of Chapter 3, (3.4), a final layer norm, a linear read-out).  This module adds
 what a language model needs around it:
 
@@ -33,8 +33,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from course_lib.blocks import ACTIVATIONS
 from course_lib.lm import evaluate_lm
-from course_lib.transformer import ACTIVATIONS, DecoderOnly
+from course_lib.transformer import DecoderOnly
 
 __all__ = [
     "GPT",

@@ -39,6 +39,7 @@ import course_lib
 from course_lib import (
     attention,
     bert,
+    blocks,
     convnet,
     ensemble,
     forecasting,
@@ -147,10 +148,10 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     ),
     "MultiHeadAttention": lambda: (attention.MultiHeadAttention(D, HEADS, P), (_x(2, 5, D),)),
     # transformer
-    "FeedForward": lambda: (tf.FeedForward(D, FF, P, "gelu"), (_x(2, 5, D),)),
-    "EncoderBlock": lambda: (tf.EncoderBlock(D, HEADS, FF, P), (_x(2, 5, D),)),
+    "FeedForward": lambda: (blocks.FeedForward(D, FF, P, "gelu"), (_x(2, 5, D),)),
+    "EncoderBlock": lambda: (blocks.EncoderBlock(D, HEADS, FF, P), (_x(2, 5, D),)),
     "DecoderBlock": lambda: (
-        tf.DecoderBlock(D, HEADS, FF, P, norm_first=True),
+        blocks.DecoderBlock(D, HEADS, FF, P, norm_first=True),
         (_x(2, 5, D), _x(2, 4, D)),
     ),
     "Encoder": lambda: (tf.Encoder(2, D, HEADS, FF, P, norm_first=True), (_x(2, 5, D),)),
@@ -414,7 +415,7 @@ def _torch_layer(kind: str, **kw) -> nn.Module:
 
 
 def _block_and_args(kind: str, layer: nn.Module, dtype: torch.dtype):
-    block_cls = tf.EncoderBlock if kind == "encoder" else tf.DecoderBlock
+    block_cls = blocks.EncoderBlock if kind == "encoder" else blocks.DecoderBlock
     x = torch.randn(2, 5, D, dtype=dtype)
     args = (x,) if kind == "encoder" else (x, torch.randn(2, 4, D, dtype=dtype))
     return block_cls, args
