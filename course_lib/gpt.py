@@ -35,6 +35,10 @@ from torch.nn.utils import parametrize
 
 from course_lib.blocks import ACTIVATIONS
 from course_lib.lm import evaluate_lm
+
+# count_parameters moved to course_lib.params (it serves every chapter); re-exported here
+# so that the notebooks' ``gpt.count_parameters`` keeps working.
+from course_lib.params import count_parameters as count_parameters
 from course_lib.transformer import DecoderOnly
 
 __all__ = [
@@ -51,7 +55,6 @@ __all__ = [
     "add_qv_lora",
     "BottleneckAdapter",
     "add_adapters",
-    "count_parameters",
     "load_gpt2_weights",
 ]
 
@@ -417,11 +420,6 @@ def add_adapters(
         lambda m: BottleneckAdapter(m, bottleneck, activation),
     )
     return model
-
-
-def count_parameters(model: nn.Module, trainable: bool = False) -> int:
-    """Number of parameters (only those with ``requires_grad`` if ``trainable``)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ width, ``C_x`` exogenous covariates, ``k`` periodic components of Time2Vec.
 * :class:`RelativeTimeBias`, eq. (10.8): an attention bias that is a learned
   function of the time *difference* between query and key, for irregular time
   stamps; it reads the difference through TGAT's time encoding
-  (:func:`course_lib.gat.time_encoding`, Chapter 14, eq. (14.6)).
+  (:func:`course_lib.time_encoding.time_encoding`, Chapter 14, eq. (14.6)).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from course_lib.gat import time_encoding
 from course_lib.positional import sinusoidal_table
 from course_lib.shapes import expect_shape
+from course_lib.time_encoding import time_encoding
 from course_lib.transformer import Decoder, Encoder
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ class RelativeTimeBias(nn.Module):
 
         ``bias[b, r, i, j] = a_r^T Phi(t_q[b, i] - t_k[b, j]) + c_r``
 
-    with ``Phi`` TGAT's time encoding (:func:`course_lib.gat.time_encoding`,
+    with ``Phi`` TGAT's time encoding (:func:`course_lib.time_encoding.time_encoding`,
     Chapter 14, eq. (14.6)) at frequencies ``omega = 2 pi / periods``, fixed
     unless ``learn_frequencies``; ``a_r [2d]``, ``c_r`` learned.  It depends on the
     differences only, so shifting every time stamp changes nothing; add it to the

@@ -51,6 +51,7 @@ from course_lib import (
     relative,
     rnn,
     seq2seq,
+    time_encoding,
     timeseries,
     vit,
 )
@@ -604,7 +605,9 @@ FUNCTIONS: dict[str, Callable[[torch.dtype], object]] = {
     "gat.segment_softmax": lambda t: gat.segment_softmax(
         _f(6, 2, dtype=t), torch.tensor([0, 0, 1, 1, 1, 2]), 3
     ),
-    "gat.time_encoding": lambda t: gat.time_encoding(_f(5, dtype=t), _f(4, dtype=t)),
+    "time_encoding.time_encoding": lambda t: time_encoding.time_encoding(
+        _f(5, dtype=t), _f(4, dtype=t)
+    ),
     "vit.patchify": lambda t: vit.patchify(_f(2, 1, 4, 4, dtype=t), 2),
     "bert.mean_pool": lambda t: bert.mean_pool(
         _f(2, 5, 4, dtype=t), torch.ones(2, 5, dtype=torch.long)
