@@ -56,7 +56,7 @@ def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> Tensor:
 
     ``omega_i = base^(-2i / d)`` for the pair index ``i = 0 .. d/2 - 1``, float64
     ``[d/2]``.  Pair ``i`` has wavelength ``2 pi / omega_i``, from ``2 pi``
-    (``i = 0``) to almost ``2 pi * base``.  RoPE (eq. (8.7)) uses the same
+    (``i = 0``) to almost ``2 pi * base``.  RoPE (Chapter 8, eq. (8.7)) uses the same
     frequencies.
     """
     _frequency_args("sinusoidal_frequencies", dim, base)

@@ -15,8 +15,8 @@ OOV); single characters make sequences long.  Subword methods sit between:
   greedily, longest known piece first, from the left; if some part cannot be
   matched the whole word is ``[UNK]``.
 * **Unigram language model** (Kudo, 2018; SentencePiece's, hence XLM-R's) is
-  in :mod:`course_lib.unigram` (Chapters 5 and 12); its names stay reachable
-  from here as well (``tokenization.train_unigram``), see the imports.
+  in :mod:`course_lib.unigram` (Chapters 5 and 12); this module re-exports its
+  names (``tokenization.train_unigram``), see the imports.
 
 Compatibility with Hugging Face ``tokenizers``.  With the same settings --
 words split by the ``Whitespace`` pre-tokenizer (regex ``\\w+|[^\\w\\s]+``),
