@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmarks.harness import Config, compare, time_side_by_side
+from course_lib.blocks import from_torch_state_dict
 from course_lib.gpt import GPT
-from course_lib.transformer import from_torch_state_dict
 
 GOAL = 1.2  # issue 18
 

@@ -358,7 +358,7 @@ class MultiHeadAttention(nn.Module):
     (its attention output is zero, (3.6)).
 
     ``position``: a relative-position method of Chapter 8 (a
-    :class:`course_lib.positional.PositionHook`, kept as the submodule ``position``).
+    :class:`course_lib.position_hooks.PositionHook`, kept as the submodule ``position``).
     It may rotate the heads' queries and keys (RoPE), add a bias to their scores
     (T5, ALiBi, Shaw's key term) and add a term to their outputs (Shaw's value
     term); without it this is the attention of Chapter 3.

@@ -2,7 +2,7 @@
 
 * :class:`BertEncoder`: token + position + segment embeddings, a layer norm
   (12.3) ``x_t = LN(E[w_t] + P[t] + S[s_t])``, then post-norm
-  :class:`~course_lib.transformer.EncoderBlock` with GELU and **no** causal
+  :class:`~course_lib.blocks.EncoderBlock` with GELU and **no** causal
   mask: every token sees every token.  ``forward`` returns the hidden states
   and the pooled [CLS] vector ``tanh(W_p h_0 + b_p)``.  Laid out so that
   :func:`load_hf_bert` copies a Hugging Face ``BertModel`` into it exactly.
@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from course_lib.blocks import EncoderBlock
 from course_lib.shapes import expect_shape
-from course_lib.transformer import EncoderBlock
 
 __all__ = [
     "BertConfig",

@@ -24,7 +24,8 @@ flows from ``edge_index[0]`` to ``edge_index[1]``, and node ``i``'s neighbourhoo
   on the query node ("dynamic" attention) (:class:`GATv2Layer`).
 * (14.6) TGAT's functional time encoding (Xu et al., 2020):
   ``Phi(t) = sqrt(1/d) [cos(w_1 t), sin(w_1 t), ..., cos(w_d t), sin(w_d t)]``, so
-  that ``Phi(t_1) . Phi(t_2)`` depends only on ``t_1 - t_2`` (:func:`time_encoding`).
+  that ``Phi(t_1) . Phi(t_2)`` depends only on ``t_1 - t_2``
+  (:func:`course_lib.time_encoding.time_encoding`, shared with Chapter 10).
 
 Every attention layer has two forms that compute the same function:
 ``forward(x, edge_index)`` works on the edge list (memory linear in ``E``; the
@@ -64,6 +65,10 @@ from course_lib import sparse
 from course_lib.masks import masked_softmax
 from course_lib.shapes import expect_shape
 
+# TGAT's time encoding moved to course_lib.time_encoding (Chapter 10 uses it too);
+# re-exported here so that the notebooks' ``gat.time_encoding`` keeps working.
+from course_lib.time_encoding import time_encoding as time_encoding
+
 __all__ = [
     "add_self_loops",
     "coalesce",
@@ -75,7 +80,6 @@ __all__ = [
     "MLP",
     "GCN",
     "GAT",
-    "time_encoding",
 ]
 
 
@@ -463,25 +467,3 @@ class GAT(nn.Module):
             return self.conv2.forward_dense(x, edge_index)
         x = sparse.dropout(F.elu(self.conv1(x, edge_index)), self.dropout, self.training)
         return self.conv2(x, edge_index)
-
-
-# ---------------------------------------------------------------------------
-# Temporal graphs: TGAT's time encoding
-# ---------------------------------------------------------------------------
-
-
-def time_encoding(t: Tensor, omega: Tensor) -> Tensor:
-    """TGAT's functional time encoding, Chapter 14, eq. (14.6).
-
-    ``Phi(t) = sqrt(1/d) [cos(w_1 t), sin(w_1 t), ..., cos(w_d t), sin(w_d t)]`` for
-    times (or time differences) ``t`` [...] and learned frequencies ``omega`` [d];
-    returns [..., 2d].  The inner product of two encodings is
-    ``(1/d) sum_k cos(w_k (t_1 - t_2))``: it depends on the elapsed time only, as
-    sinusoidal positions do on the offset (Chapter 7).  Each pair is Time2Vec's
-    periodic part (Chapter 10, eq. (10.1)) with phases pi/2 and 0, without its
-    linear term.
-    """
-    expect_shape("time_encoding", "omega", omega, [("d", None)])
-    angles = t.to(omega.dtype).unsqueeze(-1) * omega  # w_k t                 [..., d]
-    pairs = torch.stack([torch.cos(angles), torch.sin(angles)], dim=-1)  #     [..., d, 2]
-    return pairs.flatten(-2) / omega.shape[0] ** 0.5  # (14.6)                [..., 2d]

@@ -2,7 +2,7 @@
 
 The model is the library's decoder-only Transformer
 (:class:`course_lib.transformer.DecoderOnly`: token and learned position
-embeddings, pre-norm :class:`~course_lib.transformer.EncoderBlock` run with the
+embeddings, pre-norm :class:`~course_lib.blocks.EncoderBlock` run with the
 causal mask of Chapter 3, (3.4), a final layer norm, a linear read-out).  This module adds
 what a language model needs around it:
 
@@ -33,8 +33,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from course_lib.blocks import ACTIVATIONS
 from course_lib.lm import evaluate_lm
-from course_lib.transformer import ACTIVATIONS, DecoderOnly
+
+# count_parameters moved to course_lib.params (it serves every chapter); re-exported here
+# so that the notebooks' ``gpt.count_parameters`` keeps working.
+from course_lib.params import count_parameters as count_parameters
+from course_lib.transformer import DecoderOnly
 
 __all__ = [
     "GPT",
@@ -50,7 +55,6 @@ __all__ = [
     "add_qv_lora",
     "BottleneckAdapter",
     "add_adapters",
-    "count_parameters",
     "load_gpt2_weights",
 ]
 
@@ -416,11 +420,6 @@ def add_adapters(
         lambda m: BottleneckAdapter(m, bottleneck, activation),
     )
     return model
-
-
-def count_parameters(model: nn.Module, trainable: bool = False) -> int:
-    """Number of parameters (only those with ``requires_grad`` if ``trainable``)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)
 
 
 @torch.no_grad()

@@ -32,12 +32,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import trange
 
-from course_lib.positional import (
-    POSITION_METHODS,
-    LearnedPositions,
-    position_hook,
-    sinusoidal_table,
-)
+from course_lib.position_hooks import POSITION_METHODS, position_hook
+from course_lib.positional import LearnedPositions, sinusoidal_table
 from course_lib.shapes import expect_positive, expect_shape, fmt_shape
 from course_lib.training import train
 from course_lib.transformer import Encoder
@@ -304,7 +300,7 @@ class PositionalLM(nn.Module):
     (``max_len`` rows, eq. (7.3)) or ``"sinusoidal"`` (eq. (7.1)); then the course's pre-norm stack
     :class:`course_lib.transformer.Encoder` (GELU, ``d_ff = 4 d_model``, final
     LayerNorm) run causally, whose attention gets the method's hook
-    (:func:`course_lib.positional.position_hook`: Shaw, T5, ALiBi or RoPE);
+    (:func:`course_lib.position_hooks.position_hook`: Shaw, T5, ALiBi or RoPE);
     a linear read-out.  ``forward(ids [B, T], offset=0) -> logits [B, T, V]``.
 
     The token embeddings start at std 0.02 (row norm ``0.02 sqrt(D)``) while the

@@ -14,7 +14,7 @@ width, ``C_x`` exogenous covariates, ``k`` periodic components of Time2Vec.
 * :class:`PatchForecaster`, eq. (10.4): a channel-independent PatchTST-style
   forecaster (instance normalisation, patch embedding, a pre-norm
   :class:`course_lib.transformer.Encoder`, a flatten-linear head);  with
-  ``n_exog > 0`` its blocks are :class:`course_lib.transformer.DecoderBlock` without the
+  ``n_exog > 0`` its blocks are :class:`course_lib.blocks.DecoderBlock` without the
   causal mask, so the patch tokens *cross-attend* to embedded exogenous
   covariates (past and known future), eq. (10.5);
   ``exog_mode="concat"`` is the control without attention: the covariates are
@@ -27,7 +27,7 @@ width, ``C_x`` exogenous covariates, ``k`` periodic components of Time2Vec.
 * :class:`RelativeTimeBias`, eq. (10.8): an attention bias that is a learned
   function of the time *difference* between query and key, for irregular time
   stamps; it reads the difference through TGAT's time encoding
-  (:func:`course_lib.gat.time_encoding`, Chapter 14, eq. (14.6)).
+  (:func:`course_lib.time_encoding.time_encoding`, Chapter 14, eq. (14.6)).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from course_lib.gat import time_encoding
 from course_lib.positional import sinusoidal_table
 from course_lib.shapes import expect_shape
+from course_lib.time_encoding import time_encoding
 from course_lib.transformer import Decoder, Encoder
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ class PatchForecaster(nn.Module):
     events).  They are cut into patches like the series (``N_x`` windows of all
     ``E`` covariates, each embedded by ``Linear(E P, D)`` plus a learned
     position) and the blocks become
-    :class:`course_lib.transformer.DecoderBlock` without a causal mask:
+    :class:`course_lib.blocks.DecoderBlock` without a causal mask:
     self-attention among patches, then cross-attention from the patches
     (queries) to the covariate patches (keys and values), then the feed-forward.
 
@@ -223,7 +223,7 @@ class PatchForecaster(nn.Module):
     ``h = 1 .. T_out``, ``q_h = e_h + tau_{T_in + h}`` (``e_h`` learned, zero at the
     start; ``tau`` Chapter 7's sinusoidal table, eq. (7.1), a time encoding shared
     with the keys), goes through ``horizon_layers`` pre-norm
-    :class:`course_lib.transformer.DecoderBlock` (no causal mask) whose memory is
+    :class:`course_lib.blocks.DecoderBlock` (no causal mask) whose memory is
     the encoded history ``z`` *and* one token per covariate step,
     ``m_j = W_u u_j + tau_j`` (``j = 1 .. T_in + T_out``).  Each query's output
     ``o_h [D]`` adds one number to its own step:
@@ -349,7 +349,7 @@ class RelativeTimeBias(nn.Module):
 
         ``bias[b, r, i, j] = a_r^T Phi(t_q[b, i] - t_k[b, j]) + c_r``
 
-    with ``Phi`` TGAT's time encoding (:func:`course_lib.gat.time_encoding`,
+    with ``Phi`` TGAT's time encoding (:func:`course_lib.time_encoding.time_encoding`,
     Chapter 14, eq. (14.6)) at frequencies ``omega = 2 pi / periods``, fixed
     unless ``learn_frequencies``; ``a_r [2d]``, ``c_r`` learned.  It depends on the
     differences only, so shifting every time stamp changes nothing; add it to the

@@ -1,4 +1,4 @@
-"""Subword tokenization written for teaching: BPE, WordPiece and Unigram (Chapters 5 and 12).
+"""Subword tokenization written for teaching: BPE and WordPiece (Chapter 5).
 
 A model reads integers, so text is cut into *tokens* from a fixed vocabulary.
 Whole words leave every unseen word out of the vocabulary (out-of-vocabulary,
@@ -14,14 +14,9 @@ OOV); single characters make sequences long.  Subword methods sit between:
   vocabulary whose word-internal pieces carry a prefix (``"##ing"``), cut a word
   greedily, longest known piece first, from the left; if some part cannot be
   matched the whole word is ``[UNK]``.
-* **Unigram language model** (Kudo, 2018; SentencePiece's, hence XLM-R's),
-  :class:`UnigramTokenizer` and :func:`train_unigram`: every piece has a
-  probability and a word is cut into its *most probable* segmentation,
-  ``argmax_x sum_i log p(x_i)`` (Chapter 12, eq. 12.5), found by Viterbi
-  dynamic programming; training alternates EM re-estimation of the
-  probabilities with pruning of the least useful pieces.  Words come from
-  :func:`metaspace_pre_tokenize`: split at whitespace, each prefixed with
-  ``SPACE`` ("▁"), so decoding is exact.
+* **Unigram language model** (Kudo, 2018; SentencePiece's, hence XLM-R's) is
+  in :mod:`course_lib.unigram` (Chapters 5 and 12); this module re-exports its
+  names (``tokenization.train_unigram``), see the imports.
 
 Compatibility with Hugging Face ``tokenizers``.  With the same settings --
 words split by the ``Whitespace`` pre-tokenizer (regex ``\\w+|[^\\w\\s]+``),
@@ -37,18 +32,13 @@ ids in the order it meets them in a hash map, so its ties (and hence some
 merges) can change from run to run; ours stay in code-point order.  The
 ``WordPiece`` *model* of ``tokenizers`` segments exactly as
 :func:`wordpiece_tokenize` (also tested); its ``WordPieceTrainer`` is a BPE
-trainer with a prefix, not BERT's likelihood-based one.  Given the same
-pieces and scores, ``tokenizers``' ``Unigram`` model segments every word as
-:class:`UnigramTokenizer` does (same ids, unknown characters included); its
-``UnigramTrainer`` (SentencePiece's algorithm) learns a different but largely
-overlapping vocabulary, as the tests show.
+trainer with a prefix, not BERT's likelihood-based one.
 """
 
 from __future__ import annotations
 
 import functools
 import heapq
-import math
 import re
 import sys
 import unicodedata
@@ -58,6 +48,14 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+# Unigram moved to course_lib.unigram; re-exported here so that the notebooks'
+# ``tokenization.train_unigram`` and ``show_source(tokenization._viterbi)`` keep working.
+from course_lib.unigram import SPACE as SPACE
+from course_lib.unigram import UnigramTokenizer as UnigramTokenizer
+from course_lib.unigram import _viterbi as _viterbi
+from course_lib.unigram import metaspace_pre_tokenize as metaspace_pre_tokenize
+from course_lib.unigram import train_unigram as train_unigram
+
 __all__ = [
     "pre_tokenize",
     "word_counts",
@@ -65,10 +63,6 @@ __all__ = [
     "BPETokenizer",
     "train_bpe",
     "wordpiece_tokenize",
-    "SPACE",
-    "metaspace_pre_tokenize",
-    "UnigramTokenizer",
-    "train_unigram",
 ]
 
 #: Unicode's "Other_Alphabetic" characters that are symbols (So): circled,
@@ -266,6 +260,55 @@ class BPETokenizer:
         return " ".join(words)
 
 
+def _initial_vocab(words: list[str], unk_token: str, prefix: str) -> dict[str, int]:
+    """Step 2 of :func:`train_bpe`: ``unk_token``, then every character in code-point
+    order (then, with a ``prefix``, every character met inside a word, prefixed)."""
+    vocab: dict[str, int] = {unk_token: 0}
+    for c in sorted({c for w in words for c in w}):
+        vocab.setdefault(c, len(vocab))
+    if prefix:  # the characters that occur inside a word, prefixed
+        for c in sorted({c for w in words for c in w[1:]}):
+            vocab.setdefault(prefix + c, len(vocab))
+    return vocab
+
+
+def _pair_index(
+    symbols: list[list[str]], freqs: list[int]
+) -> tuple[Counter[tuple[str, str]], defaultdict[tuple[str, str], set[int]]]:
+    """Every adjacent pair's count, weighted by word count, and the words that hold it."""
+    pair_counts: Counter[tuple[str, str]] = Counter()
+    where: defaultdict[tuple[str, str], set[int]] = defaultdict(set)
+    for wi, syms in enumerate(symbols):
+        for pair in zip(syms, syms[1:], strict=False):
+            pair_counts[pair] += freqs[wi]
+            where[pair].add(wi)
+    return pair_counts, where
+
+
+def _merge_everywhere(
+    pair: tuple[str, str],
+    new: str,
+    symbols: list[list[str]],
+    freqs: list[int],
+    where: defaultdict[tuple[str, str], set[int]],
+) -> Counter[tuple[str, str]]:
+    """Merge ``pair`` into ``new`` in every word that holds it (``symbols`` and
+    ``where`` updated in place); returns the change of every pair's count."""
+    delta: Counter[tuple[str, str]] = Counter()
+    for wi in where.pop(pair):
+        old = symbols[wi]
+        merged = merge_pair(old, pair, new)
+        if len(merged) == len(old):
+            continue  # the word no longer holds the pair
+        for p in zip(old, old[1:], strict=False):
+            delta[p] -= freqs[wi]
+        for p in zip(merged, merged[1:], strict=False):
+            delta[p] += freqs[wi]
+            where[p].add(wi)
+        symbols[wi] = merged
+    return delta
+
+
 def train_bpe(
     text: str | Iterable[str] | Mapping[str, int],
     vocab_size: int,
@@ -301,21 +344,9 @@ def train_bpe(
     words = [w for w in counts if w]
     freqs = [counts[w] for w in words]
 
-    alphabet = sorted({c for w in words for c in w})
-    vocab: dict[str, int] = {unk_token: 0}
-    for c in alphabet:
-        vocab.setdefault(c, len(vocab))
-    if prefix:  # the characters that occur inside a word, prefixed
-        for c in sorted({c for w in words for c in w[1:]}):
-            vocab.setdefault(prefix + c, len(vocab))
-
-    symbols = [_split_word(w, prefix) for w in words]
-    pair_counts: Counter[tuple[str, str]] = Counter()
-    where: defaultdict[tuple[str, str], set[int]] = defaultdict(set)
-    for wi, syms in enumerate(symbols):
-        for pair in zip(syms, syms[1:], strict=False):
-            pair_counts[pair] += freqs[wi]
-            where[pair].add(wi)
+    vocab = _initial_vocab(words, unk_token, prefix)  # 2.
+    symbols = [_split_word(w, prefix) for w in words]  # 1. each word as its characters
+    pair_counts, where = _pair_index(symbols, freqs)  # 3. the counts, kept up to date below
 
     def entry(pair: tuple[str, str]) -> tuple[int, int, int, tuple[str, str]]:
         # heapq pops the smallest: highest count first, then smallest (id_a, id_b)
@@ -336,18 +367,7 @@ def train_bpe(
         if new not in vocab:
             vocab[new] = len(vocab)
             bar.update(1)
-        delta: Counter[tuple[str, str]] = Counter()
-        for wi in where.pop(pair):
-            old = symbols[wi]
-            merged = merge_pair(old, pair, new)
-            if len(merged) == len(old):
-                continue  # the word no longer holds the pair
-            for p in zip(old, old[1:], strict=False):
-                delta[p] -= freqs[wi]
-            for p in zip(merged, merged[1:], strict=False):
-                delta[p] += freqs[wi]
-                where[p].add(wi)
-            symbols[wi] = merged
+        delta = _merge_everywhere(pair, new, symbols, freqs, where)
         del pair_counts[pair]
         for p, change in delta.items():
             if change == 0 or p == pair:
@@ -397,285 +417,3 @@ def wordpiece_tokenize(
         pieces.append(piece)
         start = end
     return pieces
-
-
-# ---------------------------------------------------------------------------
-# Unigram language-model tokenization (Kudo, 2018): SentencePiece's, XLM-R's
-# ---------------------------------------------------------------------------
-
-#: SentencePiece writes a space as this character ("▁", U+2581) and keeps it in
-#: the pieces, so decoding is exact: join the pieces, turn "▁" back into spaces.
-SPACE = "\u2581"
-
-#: What an unknown character costs, below the lowest piece score (as in
-#: SentencePiece and ``tokenizers``).
-UNK_PENALTY = 10.0
-
-
-def metaspace_pre_tokenize(text: str) -> list[str]:
-    """SentencePiece's words: split at whitespace, each word prefixed with ``SPACE``.
-
-    >>> metaspace_pre_tokenize("To be, or")
-    ['▁To', '▁be,', '▁or']
-    """
-    return [SPACE + w for w in text.split()]
-
-
-def _lattice(
-    word: str, scores: Mapping[str, float], max_len: int, unk_score: float, skip: str | None = None
-) -> list[list[tuple[int, str | None, float]]]:
-    """``ends[j]``: every piece ``word[i:j]`` in ``scores`` as ``(i, piece, score)``.
-
-    A character with no single-character piece gets an unknown edge
-    ``(j - 1, None, unk_score)``, so every word has a segmentation.  ``skip``
-    is left out (pruning asks how a piece would be segmented without itself).
-    """
-    ends: list[list[tuple[int, str | None, float]]] = [[] for _ in range(len(word) + 1)]
-    for i in range(len(word)):
-        if word[i] not in scores or word[i] == skip:
-            ends[i + 1].append((i, None, unk_score))
-        for j in range(i + 1, min(len(word), i + max_len) + 1):
-            piece = word[i:j]
-            if piece in scores and piece != skip:
-                ends[j].append((i, piece, scores[piece]))
-    return ends
-
-
-def _viterbi(
-    word: str, scores: Mapping[str, float], max_len: int, unk_score: float, skip: str | None = None
-) -> tuple[list[str | None], float]:
-    """The most probable segmentation of ``word`` and its log-probability.
-
-    ``best[j]`` is the best log-probability of ``word[:j]``:
-    ``best[j] = max over pieces word[i:j] of best[i] + log p(word[i:j])``, one
-    pass left to right, then follow the choices back from the end.  Unknown
-    characters come back as ``None``.
-    """
-    ends = _lattice(word, scores, max_len, unk_score, skip)
-    best = [0.0] + [-math.inf] * len(word)
-    back: list[tuple[int, str | None]] = [(0, None)] * (len(word) + 1)
-    for j in range(1, len(word) + 1):
-        for i, piece, s in ends[j]:  # first found wins a tie, as in tokenizers
-            if best[i] + s > best[j]:
-                best[j], back[j] = best[i] + s, (i, piece)
-    pieces: list[str | None] = []
-    j = len(word)
-    while j > 0:
-        i, piece = back[j]
-        pieces.append(piece)
-        j = i
-    return pieces[::-1], best[-1]
-
-
-@dataclass
-class UnigramTokenizer:
-    """A unigram language model over pieces: ``scores[piece] = log p(piece)``.
-
-    A word's segmentation is the most probable one, ``argmax_x sum_i log p(x_i)``
-    over all ways ``x`` of cutting it into known pieces (Viterbi,
-    :meth:`tokenize_word`).  Ids: ``unk_token`` is 0, then the pieces in the
-    order of ``scores``.  Made by :func:`train_unigram`; ``tokenizers``'
-    ``models.Unigram(tok.vocab_with_scores(), unk_id=0)`` segments the same.
-    """
-
-    scores: dict[str, float]
-    unk_token: str = "<unk>"
-    vocab: dict[str, int] = field(init=False)
-    _max_len: int = field(init=False, repr=False)
-    _unk_score: float = field(init=False, repr=False)
-    _cache: dict[str, list[str]] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.scores:
-            raise ValueError("UnigramTokenizer: scores is empty; give at least one piece")
-        if self.unk_token in self.scores:
-            raise ValueError(
-                f"UnigramTokenizer: {self.unk_token!r} is a special token, not a piece"
-            )
-        self.vocab = {self.unk_token: 0, **{p: i + 1 for i, p in enumerate(self.scores)}}
-        self.id_to_token = {i: t for t, i in self.vocab.items()}
-        self._max_len = max(map(len, self.scores))
-        self._unk_score = min(self.scores.values()) - UNK_PENALTY
-        self._cache = {}
-
-    def __len__(self) -> int:
-        return len(self.vocab)
-
-    def vocab_with_scores(self) -> list[tuple[str, float]]:
-        """``[(token, score), ...]`` in id order, as ``tokenizers.models.Unigram`` takes it."""
-        return [(self.unk_token, 0.0), *self.scores.items()]
-
-    def tokenize_word(self, word: str) -> list[str]:
-        """The most probable segmentation of ``word`` (Viterbi); a run of unknown
-        characters becomes one ``unk_token``."""
-        if word not in self._cache:
-            pieces, _ = _viterbi(word, self.scores, self._max_len, self._unk_score)
-            out: list[str] = []
-            for p in pieces:
-                if p is not None:
-                    out.append(p)
-                elif not out or out[-1] != self.unk_token:  # fuse a run of unknowns
-                    out.append(self.unk_token)
-            self._cache[word] = out
-        return self._cache[word]
-
-    def score(self, word: str) -> float:
-        """``log p`` of the best segmentation of ``word``: the sum of its pieces' scores."""
-        return _viterbi(word, self.scores, self._max_len, self._unk_score)[1]
-
-    def tokenize(self, text: str) -> list[str]:
-        """The pieces of ``text``, words cut by :func:`metaspace_pre_tokenize`."""
-        return [p for w in metaspace_pre_tokenize(text) for p in self.tokenize_word(w)]
-
-    def encode(self, text: str) -> list[int]:
-        """The ids of the pieces of ``text``."""
-        return [self.vocab[p] for p in self.tokenize(text)]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Pieces joined, ``SPACE`` turned back into spaces (exact up to whitespace runs)."""
-        return "".join(self.id_to_token[int(i)] for i in ids).replace(SPACE, " ").strip()
-
-
-def _expected_counts(
-    counts: Mapping[str, int], scores: Mapping[str, float], max_len: int
-) -> tuple[dict[str, float], float]:
-    """E-step: the expected number of uses of each piece, and the corpus log-likelihood.
-
-    For one word, ``alpha[j]`` (``beta[i]``) sums the probability of every
-    segmentation of ``word[:j]`` (``word[i:]``), in log space; the piece
-    ``word[i:j]`` is used with probability
-    ``exp(alpha[i] + log p(piece) + beta[j] - alpha[n])`` (forward-backward).
-    """
-    expected: dict[str, float] = defaultdict(float)
-    loglik = 0.0
-    unk = min(scores.values()) - UNK_PENALTY
-    for word, count in counts.items():
-        ends = _lattice(word, scores, max_len, unk)
-        n = len(word)
-        alpha = [0.0] + [-math.inf] * n
-        for j in range(1, n + 1):
-            alpha[j] = _logsumexp([alpha[i] + s for i, _, s in ends[j]])
-        beta = [-math.inf] * n + [0.0]
-        for j in range(n, 0, -1):  # edges ending at j feed beta of their start
-            for i, _, s in ends[j]:
-                beta[i] = _logaddexp(beta[i], s + beta[j])
-        total = alpha[n]
-        loglik += count * total
-        for j in range(1, n + 1):
-            for i, piece, s in ends[j]:
-                if piece is not None:
-                    expected[piece] += count * math.exp(alpha[i] + s + beta[j] - total)
-    return expected, loglik
-
-
-def _logaddexp(a: float, b: float) -> float:
-    if a == -math.inf:
-        return b
-    hi, lo = max(a, b), min(a, b)
-    return hi + math.log1p(math.exp(lo - hi))
-
-
-def _logsumexp(values: list[float]) -> float:
-    hi = max(values)
-    return hi + math.log(sum(math.exp(v - hi) for v in values)) if hi > -math.inf else hi
-
-
-def _normalise(counts: Mapping[str, float]) -> dict[str, float]:
-    """M-step: ``log p(piece) = log(count / total)``, most probable piece first."""
-    total = sum(counts.values())
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return {p: math.log(c / total) for p, c in ranked}
-
-
-def train_unigram(
-    text: str | Iterable[str] | Mapping[str, int],
-    vocab_size: int,
-    *,
-    seed_size: int | None = None,
-    shrinking_factor: float = 0.75,
-    em_iterations: int = 2,
-    max_piece_length: int = 16,
-    unk_token: str = "<unk>",
-    progress: bool = False,
-) -> UnigramTokenizer:
-    """Learn a unigram LM vocabulary of ``vocab_size`` tokens (Kudo, 2018), simplified.
-
-    ``text``: a string, several strings, or word counts ``{word: count}``
-    (words already prefixed with ``SPACE`` by :func:`metaspace_pre_tokenize`).
-
-    1. Seed: every character, plus the ``seed_size`` (default ``10 *
-       vocab_size``) most frequent longer substrings of the words, ranked by
-       count times length; ``log p`` from their counts.
-    2. EM (``em_iterations`` rounds): expected uses of each piece under the
-       current model (forward-backward over every segmentation), then
-       ``log p = log(expected / total)``.
-    3. Prune: the *loss* of a piece is how much the corpus log-likelihood
-       drops if each of its uses in the Viterbi segmentations is replaced by
-       the best segmentation of the piece without it (other scores fixed); keep
-       the ``shrinking_factor`` share with the largest loss (characters
-       always stay, so every word stays segmentable).  Back to 2 until the
-       vocabulary (``unk_token`` included) has ``vocab_size`` tokens.
-
-    SentencePiece adds a Bayesian (digamma) M-step and a finer loss; the
-    skeleton, EM then prune, is the same.
-    """
-    if vocab_size < 2:
-        raise ValueError(f"train_unigram: vocab_size must be >= 2, got {vocab_size}")
-    if not 0.0 < shrinking_factor < 1.0:
-        raise ValueError(
-            f"train_unigram: shrinking_factor must be in (0, 1), got {shrinking_factor}"
-        )
-    if isinstance(text, Mapping):
-        counts = {w: c for w, c in text.items() if w}
-    else:
-        counts = dict(
-            Counter(
-                w
-                for t in ([text] if isinstance(text, str) else text)
-                for w in metaspace_pre_tokenize(t)
-            )
-        )
-    chars: Counter[str] = Counter()
-    subs: Counter[str] = Counter()
-    for w, c in counts.items():
-        for i in range(len(w)):
-            chars[w[i]] += c
-            for j in range(i + 2, min(len(w), i + max_piece_length) + 1):
-                subs[w[i:j]] += c
-    if len(chars) + 1 > vocab_size:
-        raise ValueError(
-            f"train_unigram: the text has {len(chars)} distinct characters, so vocab_size "
-            f"must be at least {len(chars) + 1} (every character plus {unk_token!r})"
-        )
-    seed_size = 10 * vocab_size if seed_size is None else seed_size
-    frequent = sorted((s for s, c in subs.items() if c >= 2), key=lambda s: (-subs[s] * len(s), s))
-    scores = _normalise({**chars, **{s: subs[s] for s in frequent[:seed_size]}})
-
-    bar = tqdm(desc="Unigram EM + pruning", disable=not progress)
-    while True:
-        for _ in range(em_iterations):
-            expected, _ = _expected_counts(counts, scores, max_piece_length)
-            # a piece no segmentation uses drops out; characters always stay
-            kept = {p: e for p, e in expected.items() if e > 0 or len(p) == 1}
-            scores = _normalise({**{c: 1e-9 for c in chars}, **kept})
-            bar.update(1)
-        target = vocab_size - 1  # the pieces, without unk_token
-        if len(scores) <= target:
-            break
-        unk = min(scores.values()) - UNK_PENALTY
-        uses: Counter[str] = Counter()
-        for w, c in counts.items():
-            for p in _viterbi(w, scores, max_piece_length, unk)[0]:
-                if p is not None:
-                    uses[p] += c
-        loss = {}
-        for p, s in scores.items():
-            if len(p) == 1:
-                continue
-            _, alt_score = _viterbi(p, scores, max_piece_length, unk, skip=p)
-            loss[p] = uses[p] * (s - alt_score)
-        keep = max(target, int(len(scores) * shrinking_factor)) - len(chars)
-        survivors = set(sorted(loss, key=lambda p: (-loss[p], p))[:keep])
-        scores = {p: s for p, s in scores.items() if len(p) == 1 or p in survivors}
-    bar.close()
-    return UnigramTokenizer(scores, unk_token)

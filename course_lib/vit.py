@@ -15,7 +15,7 @@ The model of Dosovitskiy et al. (2021), eqs. (13.1)-(13.4):
   followed by a matrix product (:meth:`PatchEmbedding.forward_linear`); the two
   are the same function;
 * (13.2)-(13.3) ``num_layers`` pre-norm encoder blocks, ``z' = z + MHA(LN z)``,
-  ``z = z' + MLP(LN z')`` (:class:`course_lib.transformer.EncoderBlock` with
+  ``z = z' + MLP(LN z')`` (:class:`course_lib.blocks.EncoderBlock` with
   ``norm_first=True`` and GELU);
 * (13.4) ``y = LN(z^0)`` (the last block's output): the final layer norm applied to the CLS token, then
   a linear classification head.
@@ -40,8 +40,8 @@ import torch
 from torch import Tensor, nn
 
 from course_lib.attention import record_attention
+from course_lib.blocks import EncoderBlock
 from course_lib.shapes import fmt_shape
-from course_lib.transformer import EncoderBlock
 
 __all__ = [
     "patchify",
@@ -130,7 +130,7 @@ class ViT(nn.Module):
 
     Parameters: ``patch_embed`` (:class:`PatchEmbedding`), ``cls_token`` [1, 1, D],
     ``pos_embed`` [1, T, D] (learned, eq. (13.1)), ``blocks`` (``num_layers`` pre-norm
-    :class:`~course_lib.transformer.EncoderBlock`, GELU), ``norm`` (the final
+    :class:`~course_lib.blocks.EncoderBlock`, GELU), ``norm`` (the final
     layer norm, eq. (13.4)) and ``head`` (``Linear(D, K)``).  ``eps`` is the
     epsilon of every layer norm (Hugging Face's ViT uses 1e-12, the original
     code 1e-6).

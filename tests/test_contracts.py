@@ -435,7 +435,7 @@ TEST_ONLY = {
     "PaperEarlyStopping": "the callback fit_node_classifier trains with; tested on its own",
     "from_torch_mask": "the inverse of masks.to_torch_mask; the round trip is tested",
     "moving_average_decomposition": "the decomposition DLinear runs (10.7); tested against pandas",
-    "T5Bias": "the hook position_hook('t5') builds; tested against positional.t5_bias",
+    "T5Bias": "the hook position_hook('t5') builds; tested against relative.t5_bias",
     "notebook_seed": "the seed setup_notebook chose (COURSE_SEED); tested with the sweep",
     "Seq2SeqBatch": "the type seq2seq.make_batch returns",
     "run_notebook": "runs one notebook for the sweep's command line; tested",

@@ -11,6 +11,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, GCNConv
 
 from course_lib import gat, gat_training, sparse
 from course_lib.gat_training import Setup
+from course_lib.time_encoding import time_encoding
 from course_lib.training import Callback, train
 
 N, F_IN = 7, 5
@@ -462,10 +463,10 @@ def test_time_encoding_depends_on_elapsed_time_and_is_time2vec_without_its_trend
     torch.manual_seed(0)
     omega = torch.rand(6) * 3
     t = torch.tensor([0.0, 1.5, 4.0, 7.25])
-    phi = gat.time_encoding(t, omega)
+    phi = time_encoding(t, omega)
     assert phi.shape == (4, 12)
     assert torch.allclose(phi.norm(dim=-1), torch.ones(4))  # |Phi(t)| = 1
-    shifted = gat.time_encoding(t + 3.7, omega)
+    shifted = time_encoding(t + 3.7, omega)
     assert torch.allclose(phi @ phi.T, shifted @ shifted.T, atol=1e-5)  # only t1 - t2 counts
     expected = torch.cos(omega * (t[1] - t[2])).mean()
     assert torch.allclose(phi[1] @ phi[2], expected, atol=1e-6)
@@ -475,4 +476,4 @@ def test_time_encoding_depends_on_elapsed_time_and_is_time2vec_without_its_trend
         t2v.b.copy_(torch.tensor([torch.pi / 2, 0.0]).repeat(6))
     assert torch.allclose(t2v(t)[..., 1:] / 6**0.5, phi, atol=1e-6)
     with pytest.raises(ValueError, match=r"time_encoding: omega"):
-        gat.time_encoding(t, omega[None])
+        time_encoding(t, omega[None])

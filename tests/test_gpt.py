@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
-from course_lib import gpt, lm
+from course_lib import gpt, lm, params
 
 
 def small_gpt(seed=0, **kw):
@@ -85,15 +85,15 @@ def test_checkpoint_roundtrip(tmp_path):
 
 def test_lora_freezes_base_and_merges():
     model = small_gpt()
-    total = gpt.count_parameters(model)
+    total = params.count_parameters(model)
     x = torch.randint(50, (2, 12))
     with torch.no_grad():
         before = model(x)
     gpt.add_lora(model, r=2, alpha=4.0)
     d, f, r = 32, 128, 2
     per_layer = r * (d + d) + r * (d + f) + r * (f + d)  # out_proj, linear1, linear2
-    assert gpt.count_parameters(model, trainable=True) == 2 * per_layer
-    assert gpt.count_parameters(model) == total + 2 * per_layer
+    assert params.count_parameters(model, trainable=True) == 2 * per_layer
+    assert params.count_parameters(model) == total + 2 * per_layer
     with torch.no_grad():
         assert torch.equal(model(x), before)  # B = 0 at the start
         for m in model.modules():
@@ -103,21 +103,23 @@ def test_lora_freezes_base_and_merges():
     assert (unmerged - before).abs().max() > 1e-2
     gpt.merge_lora(model)
     assert not any(isinstance(m, gpt.LoRALinear) for m in model.modules())
-    assert gpt.count_parameters(model) == total
+    assert params.count_parameters(model) == total
     with torch.no_grad():
         assert torch.allclose(model(x), unmerged, atol=1e-5)
 
 
 def test_qv_lora_on_the_fused_projection():
     model = small_gpt()
-    total = gpt.count_parameters(model)
+    total = params.count_parameters(model)
     x = torch.randint(50, (2, 12))
     with torch.no_grad():
         before = model(x)
     w0 = {n: m.in_proj_weight.clone() for n, m in model.named_modules() if hasattr(m, "out_proj")}
     gpt.add_qv_lora(model, r=2, alpha=4.0)
     d, r = 32, 2
-    assert gpt.count_parameters(model, trainable=True) == 2 * 2 * (2 * r * d)  # 2 blocks, q and v
+    assert params.count_parameters(model, trainable=True) == 2 * 2 * (
+        2 * r * d
+    )  # 2 blocks, q and v
     with torch.no_grad():
         assert torch.equal(model(x), before)  # B = 0: the model is unchanged
     copy.deepcopy(model)  # a parametrized model can be copied (the chapter copies it)
@@ -142,7 +144,7 @@ def test_qv_lora_on_the_fused_projection():
         unmerged = model(x)
     assert (unmerged - before).abs().max() > 1e-2
     gpt.merge_lora(model)
-    assert gpt.count_parameters(model) == total
+    assert params.count_parameters(model) == total
     assert not any(isinstance(m, gpt.SliceLoRA) for m in model.modules())
     with torch.no_grad():
         assert torch.allclose(model(x), unmerged, atol=1e-5)
@@ -209,7 +211,7 @@ def test_error_messages():
 
 def test_adapters_start_as_identity_and_sit_before_the_residual():
     model = small_gpt()  # d_model 32, 2 layers
-    total = gpt.count_parameters(model)
+    total = params.count_parameters(model)
     reference = copy.deepcopy(model)
     x = torch.randint(50, (2, 12))
     with torch.no_grad():
@@ -217,8 +219,8 @@ def test_adapters_start_as_identity_and_sit_before_the_residual():
     gpt.add_adapters(model, bottleneck=3)
     d, m = 32, 3
     per_adapter = 2 * d * m + m + d  # W_down, b_down, W_up, b_up
-    assert gpt.count_parameters(model, trainable=True) == 2 * 2 * per_adapter  # 2 per block
-    assert gpt.count_parameters(model) == total + 4 * per_adapter
+    assert params.count_parameters(model, trainable=True) == 2 * 2 * per_adapter  # 2 per block
+    assert params.count_parameters(model) == total + 4 * per_adapter
     assert all(
         p.requires_grad == (".down." in n or ".up." in n) for n, p in model.named_parameters()
     )

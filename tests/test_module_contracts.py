@@ -39,15 +39,19 @@ import course_lib
 from course_lib import (
     attention,
     bert,
+    blocks,
     convnet,
     ensemble,
     forecasting,
     gat,
     gpt,
     lm,
+    position_hooks,
     positional,
+    relative,
     rnn,
     seq2seq,
+    time_encoding,
     timeseries,
     vit,
 )
@@ -145,10 +149,10 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     ),
     "MultiHeadAttention": lambda: (attention.MultiHeadAttention(D, HEADS, P), (_x(2, 5, D),)),
     # transformer
-    "FeedForward": lambda: (tf.FeedForward(D, FF, P, "gelu"), (_x(2, 5, D),)),
-    "EncoderBlock": lambda: (tf.EncoderBlock(D, HEADS, FF, P), (_x(2, 5, D),)),
+    "FeedForward": lambda: (blocks.FeedForward(D, FF, P, "gelu"), (_x(2, 5, D),)),
+    "EncoderBlock": lambda: (blocks.EncoderBlock(D, HEADS, FF, P), (_x(2, 5, D),)),
     "DecoderBlock": lambda: (
-        tf.DecoderBlock(D, HEADS, FF, P, norm_first=True),
+        blocks.DecoderBlock(D, HEADS, FF, P, norm_first=True),
         (_x(2, 5, D), _x(2, 4, D)),
     ),
     "Encoder": lambda: (tf.Encoder(2, D, HEADS, FF, P, norm_first=True), (_x(2, 5, D),)),
@@ -178,11 +182,11 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "ConvNet": lambda: (convnet.ConvNet(4, 3, width=2), (_x(2, 1, 4, 4),)),
     # positions (Chapters 7-8)
     "LearnedPositions": lambda: (positional.LearnedPositions(6, D), (4, 1)),
-    "PositionHook": lambda: _with_hook(positional.PositionHook()),
-    "ShawPositions": lambda: _with_hook(positional.ShawPositions(D // HEADS, 3)),
-    "T5Bias": lambda: _with_hook(positional.T5Bias(HEADS, 8, 16)),
-    "ALiBi": lambda: _with_hook(positional.ALiBi(HEADS)),
-    "RoPE": lambda: _with_hook(positional.RoPE(D // HEADS)),
+    "PositionHook": lambda: _with_hook(position_hooks.PositionHook()),
+    "ShawPositions": lambda: _with_hook(position_hooks.ShawPositions(D // HEADS, 3)),
+    "T5Bias": lambda: _with_hook(position_hooks.T5Bias(HEADS, 8, 16)),
+    "ALiBi": lambda: _with_hook(position_hooks.ALiBi(HEADS)),
+    "RoPE": lambda: _with_hook(position_hooks.RoPE(D // HEADS)),
     "PositionalLM": lambda: (
         lm.PositionalLM(11, "shaw", d_model=D, num_heads=HEADS, num_layers=1, max_len=16),
         (_ids(11, 2, 6),),
@@ -412,7 +416,7 @@ def _torch_layer(kind: str, **kw) -> nn.Module:
 
 
 def _block_and_args(kind: str, layer: nn.Module, dtype: torch.dtype):
-    block_cls = tf.EncoderBlock if kind == "encoder" else tf.DecoderBlock
+    block_cls = blocks.EncoderBlock if kind == "encoder" else blocks.DecoderBlock
     x = torch.randn(2, 5, D, dtype=dtype)
     args = (x,) if kind == "encoder" else (x, torch.randn(2, 4, D, dtype=dtype))
     return block_cls, args
@@ -589,11 +593,11 @@ FUNCTIONS: dict[str, Callable[[torch.dtype], object]] = {
     ),
     "masks.to_additive_mask": lambda t: masks.to_additive_mask(masks.causal_mask(3, 3), t),
     "positional.sinusoidal_table": lambda t: positional.sinusoidal_table(6, 8, dtype=t),
-    "positional.apply_rope": lambda t: positional.apply_rope(
-        _f(2, 6, 8, dtype=t), *positional.rope_cos_sin(6, 8, dtype=t)
+    "relative.apply_rope": lambda t: relative.apply_rope(
+        _f(2, 6, 8, dtype=t), *relative.rope_cos_sin(6, 8, dtype=t)
     ),
-    "positional.alibi_bias": lambda t: positional.alibi_bias(positional.alibi_slopes(4).to(t), 5),
-    "positional.t5_bias": lambda t: positional.t5_bias(_f(32, 2, dtype=t), 5),
+    "relative.alibi_bias": lambda t: relative.alibi_bias(relative.alibi_slopes(4).to(t), 5),
+    "relative.t5_bias": lambda t: relative.t5_bias(_f(32, 2, dtype=t), 5),
     "training.label_smoothing_cross_entropy": lambda t: training.label_smoothing_cross_entropy(
         _f(6, 4, dtype=t), torch.tensor([0, 1, 2, 3, 0, 1])
     ),
@@ -601,7 +605,9 @@ FUNCTIONS: dict[str, Callable[[torch.dtype], object]] = {
     "gat.segment_softmax": lambda t: gat.segment_softmax(
         _f(6, 2, dtype=t), torch.tensor([0, 0, 1, 1, 1, 2]), 3
     ),
-    "gat.time_encoding": lambda t: gat.time_encoding(_f(5, dtype=t), _f(4, dtype=t)),
+    "time_encoding.time_encoding": lambda t: time_encoding.time_encoding(
+        _f(5, dtype=t), _f(4, dtype=t)
+    ),
     "vit.patchify": lambda t: vit.patchify(_f(2, 1, 4, 4, dtype=t), 2),
     "bert.mean_pool": lambda t: bert.mean_pool(
         _f(2, 5, 4, dtype=t), torch.ones(2, 5, dtype=torch.long)

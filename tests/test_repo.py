@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,72 @@ def test_public_functions_have_type_hints():
                 if sig.return_annotation is inspect.Signature.empty:
                     missing.append(f"{info.name}.{name}")
     assert not missing, f"public functions without a return type hint: {missing}"
+
+
+#: The size limits of course_lib's modules (grading/ excepted): one concept per module.
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+#: Functions allowed over MAX_FUNCTION_LINES for now, each to be split by its module's owner.
+LONG_FUNCTIONS_ALLOWED = {
+    # 81 lines: the vmap-batched trainer of Chapter 8's seeds; not split yet (issue 28).
+    "course_lib/lm.py:train_lm_seeds",
+}
+
+
+def size_offenders(
+    root: Path, allowed: Iterable[str] = ()
+) -> tuple[list[str], list[str], list[str]]:
+    """Modules over MAX_MODULE_LINES, functions (methods and nested ones included) over
+    MAX_FUNCTION_LINES (``end_lineno - lineno + 1``, decorators not counted) and
+    allow-list entries that no longer need their place, in ``root/course_lib`` minus
+    ``grading/``."""
+    import ast
+
+    modules, functions, long_ones = [], [], set()
+    for path in sorted((root / "course_lib").rglob("*.py")):
+        rel = path.relative_to(root)
+        if "grading" in rel.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if (n := len(text.splitlines())) > MAX_MODULE_LINES:
+            modules.append(f"{rel}: {n} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                key = f"{rel}:{node.name}"
+                if length > MAX_FUNCTION_LINES:
+                    long_ones.add(key)
+                    if key not in allowed:
+                        functions.append(f"{key} (line {node.lineno}): {length} lines")
+    stale = sorted(set(allowed) - long_ones)
+    return modules, functions, stale
+
+
+def test_course_lib_modules_and_functions_stay_small():
+    """Convention (developers' guide): no course_lib module over 500 lines, no function over
+    80 (grading/ excepted); split along the concepts, re-exporting moved names."""
+    modules, functions, stale = size_offenders(ROOT, LONG_FUNCTIONS_ALLOWED)
+    assert not modules, f"modules over {MAX_MODULE_LINES} lines (split them): {modules}"
+    assert not functions, f"functions over {MAX_FUNCTION_LINES} lines (split them): {functions}"
+    assert not stale, f"LONG_FUNCTIONS_ALLOWED entries now short enough (remove them): {stale}"
+
+
+def test_the_size_checker_reports_long_modules_and_functions(tmp_path):
+    """Guards the size checker: a planted long module and long function are reported, the
+    grading package and allow-listed functions are not, and a stale allow-list entry is."""
+    lib = tmp_path / "course_lib"
+    (lib / "grading").mkdir(parents=True)
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    long_function = "def long():\n" + body  # MAX_FUNCTION_LINES + 1 lines
+    (lib / "big.py").write_text("x = 0\n" * (MAX_MODULE_LINES + 1))
+    (lib / "f.py").write_text(long_function + "\n\nclass C:\n    def ok(self):\n        pass\n")
+    (lib / "grading" / "g.py").write_text(long_function + "x = 0\n" * MAX_MODULE_LINES)
+    modules, functions, stale = size_offenders(tmp_path)
+    assert modules == [f"course_lib/big.py: {MAX_MODULE_LINES + 1} lines"]
+    assert functions == [f"course_lib/f.py:long (line 1): {MAX_FUNCTION_LINES + 1} lines"]
+    allowed = {"course_lib/f.py:long", "course_lib/f.py:ok"}
+    assert size_offenders(tmp_path, allowed)[1:] == ([], ["course_lib/f.py:ok"])
 
 
 def _exercise_title(solution: Path) -> str:

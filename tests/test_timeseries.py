@@ -21,8 +21,8 @@ from course_lib.forecasting import (
     seasonal_naive_forecast,
     windows,
 )
-from course_lib.gat import time_encoding
 from course_lib.positional import sinusoidal_table
+from course_lib.time_encoding import time_encoding
 from course_lib.timeseries import (
     PatchForecaster,
     RelativeTimeBias,
