@@ -95,6 +95,10 @@ def run_notebook(notebook: Path, seed: int, threads: int, timeout: int = 300) ->
             OMP_NUM_THREADS=str(threads),
             **{RESULTS_ENV: str(results_file)},
         )
+        # OpenMP's threads spin while they wait for each other by default; on a machine whose
+        # cores are shared (a VM, other jobs) a spinning thread waits for a descheduled partner,
+        # and two threads ran 2-5x slower than one here (measured). Passive waiting yields.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         start = time.perf_counter()
         proc = subprocess.run(
             _command(notebook, timeout), env=env, cwd=tmp, capture_output=True, text=True

@@ -19,12 +19,15 @@ from tests.conftest import ROOT
 
 CHECK_SEED = int(os.environ.get("COURSE_CHECK_SEED", "5"))
 CHECK_THREADS = 2
+CELL_LIMIT = 600  # seconds per cell
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.name)
 def test_chapter_passes_under_another_seed_and_two_threads(notebook):
-    row = sweep.run_notebook(notebook, seed=CHECK_SEED, threads=CHECK_THREADS)
+    # a longer cell limit than the build's 300 s: this checks what holds under another seed and
+    # thread count, not speed, and two threads on a shared 2-core machine can be slower than one
+    row = sweep.run_notebook(notebook, seed=CHECK_SEED, threads=CHECK_THREADS, timeout=CELL_LIMIT)
     print(f"{notebook.name}: seed {CHECK_SEED}, {CHECK_THREADS} threads, {row['seconds']} s")
     assert row["ok"], (
         f"{notebook.name} fails with COURSE_SEED={CHECK_SEED} COURSE_NUM_THREADS={CHECK_THREADS}: "
