@@ -430,7 +430,7 @@ def test_notebook_runs_in_colab(colab, path):
         code = "\n".join(c.source for c in own if c.cell_type == "code")
         if re.search(r"\binteract\w*\(|ipywidgets|\bwidgets\.", code):
             assert moved >= 1, f"{path} makes widgets, but none could be moved: {report}"
-    _record_time(path, seconds)
+    _record_time(colab, path, seconds)
     if path.startswith("solutions/"):
         checks = [
             _text(c) for c in ran.cells if c.cell_type == "code" and c.source.startswith("check(")
@@ -446,19 +446,21 @@ def test_notebook_runs_in_colab(colab, path):
     print(f"{path} ({NOTEBOOKS[path]}): {seconds:.1f} s in the Colab-like environment")
 
 
-def _record_time(path: str, seconds: float) -> None:
+def _record_time(colab: ColabEnv, path: str, seconds: float) -> None:
     """With COLAB_TIMES=file, keep each notebook's seconds there (for the status page)."""
     out = os.environ.get("COLAB_TIMES")
     if not out:
         return
-    from course_lib.runtime import describe_hardware
-
     data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
     data.setdefault("notebooks", {})[path] = round(seconds, 1)
-    data["hardware"] = describe_hardware()
+    # asked of the Colab-like environment's Python, so that it names its Python and torch
+    hardware = "from course_lib.runtime import describe_hardware; print(describe_hardware())"
+    data["hardware"] = _run(
+        [str(colab.python), "-c", hardware], env=colab.env, cwd=colab.content
+    ).stdout.strip()
     data["environment"] = (
-        f"Python {COLAB_PYTHON_VERSION}, torch {_constraints()['torch']} (PyPI's CUDA build, on "
-        f"the CPU), Colab snapshot of {_header('date')}; one notebook at a time, cold kernel"
+        f"Colab's packages of {_header('date')} (torch {_constraints()['torch']}; its build "
+        "is named with the hardware), one notebook at a time, on a fresh kernel"
     )
     data["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     Path(out).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
