@@ -104,10 +104,12 @@ for _w in list(W.Widget.widgets.values()):
         continue
     try:
         _options = list(getattr(_w, "options", None) or [])
-        if _options:
-            _labels = [o[0] if isinstance(o, tuple) else o for o in _options]
-            _new = _labels[-1] if _w.label != _labels[-1] else _labels[0]
-            _w.label = _new
+        if _options:  # by index: labels are strings, options need not be (a list of ints)
+            _last = len(_options) - 1
+            if isinstance(_w.index, tuple):  # SelectMultiple
+                _w.index = (_last,) if _w.index != (_last,) else (0,)
+            else:
+                _w.index = _last if _w.index != _last else 0
         elif isinstance(_w.value, bool):
             _w.value = not _w.value
         elif isinstance(_w.value, (int, float)) and hasattr(_w, "max"):
