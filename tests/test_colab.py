@@ -8,11 +8,15 @@ the install cell leaves it alone and that chapters run in it.
 
 How "Colab" is built here:
 
-1. **The packages.** A fresh virtual environment (this machine's Python) gets
-   exactly the versions of ``tests/colab_constraints.txt``: Colab's, copied
-   from the ``pip-freeze.txt`` Colab publishes (the file names the snapshot
-   and every version that had to differ here), installed with ``--no-deps``
-   so that it holds what Colab holds and nothing more.
+1. **The packages.** A fresh virtual environment made with Colab's Python
+   (3.13: ``$COLAB_PYTHON``, else ``python3.13`` on ``PATH``, else pyenv's;
+   CI fails without one, a local run skips) gets exactly the versions of
+   ``tests/colab_constraints.txt``: Colab's, copied from the
+   ``pip-freeze.txt`` Colab publishes by ``tools/colab_constraints.py`` (the
+   file names the snapshot and every version that had to differ here),
+   installed with ``--no-deps`` so that it holds what Colab holds and nothing
+   more. The one exception is what PyPI's CUDA build of torch needs beside it
+   (nvidia-*, triton, cuda-*): installed, but not compared with Colab.
 2. **The repository.** The install cell installs ``course_lib`` from the
    course's GitHub repository. Here it installs from a git repository made
    from this checkout (its tracked files, and new files git does not ignore:
@@ -33,9 +37,10 @@ metadata was written, so that reinstalling the same version counts too)
 before the install cell and after each notebook; the only change allowed is
 ``course-lib`` being added.
 
-This is the slowest test file after the notebooks: about seven minutes on two
-cores, nine when they are busy with other work (most of it Chapter 14 and
-grading the 28 exercises). It runs with the README's test command and in
+This is the slowest test file after the notebooks. On Python 3.13 with PyPI's
+CUDA build of torch it took about 17 minutes on two cores busy with other work
+(2026-11-26): 4.5 to build the environment (the CUDA wheel and its nvidia
+packages fill 5 GB), 6 for Chapter 14, 2 to grade the 28 exercises. It runs with the README's test command and in
 CI; ``pytest -m "not colab"`` leaves it out locally. Nothing is cached
 between runs: the environment and the repository snapshot are made anew in a
 temporary folder each time.
@@ -49,7 +54,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -69,7 +73,9 @@ REPO_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url
 # package, nothing else.
 ALLOWED_ADDITIONS = {"course-lib"}
 
-# What runs in the Colab-like environment, and why each was chosen.
+# What runs in the Colab-like environment, and why each was chosen. With
+# COLAB_ALL_CHAPTERS=1 (the scheduled workflow colab.yml, and the status page's
+# timings) every chapter runs; COLAB_TIMES=path writes each one's seconds there.
 NOTEBOOKS = {
     "notebooks/ch03_self_attention.ipynb": "torch.utils.flop_counter, timings, sympy-free core",
     "notebooks/ch05_embeddings_tokenization.ipynb": "tokenizers, sympy, widgets (ipywidgets 7)",
@@ -77,6 +83,47 @@ NOTEBOOKS = {
     "notebooks/ch14_graph_attention.ipynb": "loads data: Cora; the heaviest chapter",
     "solutions/ch08_alibi_t5.ipynb": "an exercise and its check() (matched against transformers)",
 }
+if os.environ.get("COLAB_ALL_CHAPTERS") == "1":
+    for _chapter in sorted((ROOT / "notebooks").glob("ch*.ipynb")):
+        NOTEBOOKS.setdefault(_chapter.relative_to(ROOT).as_posix(), "every chapter")
+# Colab's Python; the machine image and GitHub's runners (actions/setup-python) have it.
+COLAB_PYTHON_VERSION = "3.13"
+# What pip installs beside PyPI's CUDA build of torch 2.11 (nvidia-cublas, nvidia-cudnn-cu13,
+# ..., triton, cuda-toolkit, cuda-pathfinder, cuda-bindings): Colab's CPU runtime has the CPU
+# build from PyTorch's index, which needs none of them, so they follow from where this test
+# gets torch, not from Colab's choices, and are left out of the comparison with its versions.
+TORCH_BUILD_EXTRAS = re.compile(r"^(nvidia-.*|triton|cuda-.*)$")
+# After a chapter runs, change every widget's value once (as a student moving a
+# slider would) and fail if a callback raised, directly or inside interact().
+WIDGETS_RESPOND = """
+import traceback, ipywidgets as W
+_ip, _errors, _moved = get_ipython(), [], 0
+_show = _ip.showtraceback
+_ip.showtraceback = lambda *a, **k: (_errors.append(traceback.format_exc()), _show(*a, **k))
+for _w in list(W.Widget.widgets.values()):
+    if not isinstance(_w, W.ValueWidget) or getattr(_w, "disabled", False):
+        continue
+    try:
+        _options = list(getattr(_w, "options", None) or [])
+        if _options:  # by index: labels are strings, options need not be (a list of ints)
+            _last = len(_options) - 1
+            if isinstance(_w.index, tuple):  # SelectMultiple
+                _w.index = (_last,) if _w.index != (_last,) else (0,)
+            else:
+                _w.index = _last if _w.index != _last else 0
+        elif isinstance(_w.value, bool):
+            _w.value = not _w.value
+        elif isinstance(_w.value, (int, float)) and hasattr(_w, "max"):
+            _w.value = _w.max if _w.value != _w.max else _w.min
+        else:
+            continue
+        _moved += 1
+    except Exception:
+        _errors.append(traceback.format_exc())
+_ip.showtraceback = _show
+print("WIDGETS_MOVED", _moved, "ERRORS", len(_errors))
+print("\\n".join(_errors))
+"""
 # Every exercise's visible and hidden tests run too (what check() runs), on the
 # solutions, through the batch grader: see test_every_exercise_passes_its_tests_in_colab.
 
@@ -157,6 +204,36 @@ def _changes(before: dict, after: dict) -> list[str]:
     return lines
 
 
+def _colab_python() -> Path:
+    """Python 3.13, as Colab has it: $COLAB_PYTHON, python3.13 on PATH, or pyenv's."""
+    fix = (
+        "set COLAB_PYTHON to a Python 3.13, or install one "
+        "(pyenv install 3.13; on GitHub, actions/setup-python)"
+    )
+    chosen = os.environ.get("COLAB_PYTHON")
+    candidates = [chosen] if chosen else []
+    # python3.13 on PATH may be a pyenv shim that refuses to run: each candidate is probed.
+    candidates.append(shutil.which("python3.13") or "")
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted(map(str, (pyenv / "versions").glob("3.13*/bin/python3.13")))
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == COLAB_PYTHON_VERSION:
+            return Path(candidate)
+        if candidate == chosen:
+            pytest.fail(
+                f"COLAB_PYTHON={chosen} is not a working Python {COLAB_PYTHON_VERSION}: {fix}"
+            )
+    message = f"Colab runs Python {COLAB_PYTHON_VERSION}; none found: {fix}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def _snapshot_repository(target: Path) -> str:
     """A git repository holding this checkout's files as a commit of the
     working tree would; returns the URL the install cell should use."""
@@ -198,7 +275,7 @@ class ColabEnv:
 
     def build(self) -> None:
         start = time.perf_counter()
-        _run([sys.executable, "-m", "venv", str(self.venv)])
+        _run([str(_colab_python()), "-m", "venv", str(self.venv)])
         self.env = _clean_env(self.venv)
         pins = _constraints()
         # Colab's pip first: the install cell runs with it.
@@ -207,8 +284,20 @@ class ColabEnv:
             [str(self.python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(CONSTRAINTS)],
             env=self.env,
         )
+        # What PyPI's CUDA build of torch needs beside it (nvidia-*, triton): pip adds only
+        # these, since every other requirement is already met by Colab's versions.
+        _run(
+            [str(self.python), "-m", "pip", "install", "-q", f"torch=={pins['torch']}"],
+            env=self.env,
+        )
         installed = _installed(self.python, self.env)
-        versions = {name: version for name, (version, _) in installed.items()}
+        # The local label is dropped: where PyTorch's CPU index is reachable (GitHub's
+        # runners: PIP_EXTRA_INDEX_URL) pip takes Colab's own build, 2.11.0+cpu.
+        versions = {
+            name: version.split("+")[0]
+            for name, (version, _) in installed.items()
+            if not TORCH_BUILD_EXTRAS.match(name)
+        }
         assert versions == pins, (
             "the environment is not the constraints file: "
             f"{sorted(set(versions.items()) ^ set(pins.items()))}"
@@ -301,7 +390,8 @@ def _text(cell) -> str:
 def test_constraints_file_pins_colab_versions():
     """The constraints file is well formed, names its source, and pins what the course imports."""
     text = CONSTRAINTS.read_text()
-    assert re.search(r"googlecolab/backend-info.*\n.*commit [0-9a-f]{40}", text), "source missing"
+    assert "googlecolab/backend-info" in text and re.search(r"^# commit: [0-9a-f]{40}$", text, re.M)
+    assert _header("python") == COLAB_PYTHON_VERSION, "the snapshot's Python is not the test's"
     pins = _constraints()
     for name in ("torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "transformers"):
         assert name in pins, f"{name} is not pinned"
@@ -322,6 +412,9 @@ def test_install_cell_changes_nothing_colab_ships(colab):
 @pytest.mark.parametrize("path", list(NOTEBOOKS), ids=lambda p: Path(p).stem)
 def test_notebook_runs_in_colab(colab, path):
     nb = colab.localise(nbformat.read(ROOT / path, 4))
+    chapter = path.startswith("notebooks/")
+    if chapter:
+        nb.cells.append(nbformat.v4.new_code_cell(WIDGETS_RESPOND))
     nb.cells.append(nbformat.v4.new_code_cell(WHERE_FROM))
     start = time.perf_counter()
     ran = colab.execute(nb)
@@ -332,6 +425,15 @@ def test_notebook_runs_in_colab(colab, path):
         f"course_lib was not imported from the installed package: {where}"
     )
     assert f"PYTHON {colab.python}" in where, where
+    if chapter:
+        report = _text(ran.cells[-2])
+        moved, errors = map(int, re.search(r"WIDGETS_MOVED (\d+) ERRORS (\d+)", report).groups())
+        assert errors == 0, f"{path}: a widget raised under ipywidgets 7.7.1:\n{report}"
+        own = nbformat.read(ROOT / path, 4).cells
+        code = "\n".join(c.source for c in own if c.cell_type == "code")
+        if re.search(r"\binteract\w*\(|ipywidgets|\bwidgets\.", code):
+            assert moved >= 1, f"{path} makes widgets, but none could be moved: {report}"
+    _record_time(colab, path, seconds)
     if path.startswith("solutions/"):
         checks = [
             _text(c) for c in ran.cells if c.cell_type == "code" and c.source.startswith("check(")
@@ -345,6 +447,31 @@ def test_notebook_runs_in_colab(colab, path):
     changes = colab.changes()
     assert not changes, f"running {path} changed Colab's packages:\n" + "\n".join(changes)
     print(f"{path} ({NOTEBOOKS[path]}): {seconds:.1f} s in the Colab-like environment")
+
+
+def _record_time(colab: ColabEnv, path: str, seconds: float) -> None:
+    """With COLAB_TIMES=file, keep each notebook's seconds there (for the status page)."""
+    out = os.environ.get("COLAB_TIMES")
+    if not out:
+        return
+    data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
+    data.setdefault("notebooks", {})[path] = round(seconds, 1)
+    # asked of the Colab-like environment's Python, so that it names its Python and torch
+    hardware = "from course_lib.runtime import describe_hardware; print(describe_hardware())"
+    data["hardware"] = _run(
+        [str(colab.python), "-c", hardware], env=colab.env, cwd=colab.content
+    ).stdout.strip()
+    data["environment"] = (
+        f"Colab's packages of {_header('date')} (torch {_constraints()['torch']}; its build "
+        "is named with the hardware), one notebook at a time, on a fresh kernel"
+    )
+    data["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    Path(out).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _header(key: str) -> str:
+    match = re.search(rf"^# {key}: (.*)$", CONSTRAINTS.read_text(), re.M)
+    return match.group(1) if match else "?"
 
 
 def test_every_exercise_passes_its_tests_in_colab(colab, tmp_path):
