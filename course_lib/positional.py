@@ -156,45 +156,24 @@ class LearnedPositions(nn.Module):
 # frequencies: an eager import here would be a cycle.
 # ===========================================================================
 
-_MOVED = {
-    "relative_positions",
-    "shaw_indices",
-    "shaw_key_bias",
-    "shaw_value_term",
-    "shaw_attention",
-    "t5_relative_position_bucket",
-    "t5_bias",
-    "alibi_slopes",
-    "alibi_bias",
-    "rope_cos_sin",
-    "rotate_half",
-    "rotate_interleaved",
-    "apply_rope",
-    "rope_permutation",
-}
-_MOVED_HOOKS = {
-    "PositionHook",
-    "ShawPositions",
-    "T5Bias",
-    "ALiBi",
-    "RoPE",
-    "rope_scaling",
-    "POSITION_METHODS",
-    "position_hook",
-}
+_MOVED_TO = ("relative", "position_hooks")  # each module's __all__ lists what it took
+
+
+def _moved() -> dict[str, Any]:
+    import importlib
+
+    modules = [importlib.import_module(f"course_lib.{m}") for m in _MOVED_TO]
+    return {name: module for module in modules for name in module.__all__}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from course_lib import relative
-
-        return getattr(relative, name)
-    if name in _MOVED_HOOKS:
-        from course_lib import position_hooks
-
-        return getattr(position_hooks, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # dunders (``__path__``, asked by every import from this module) never moved: answering
+    # them without importing the other modules is what keeps the import from cycling
+    module = None if name.startswith("__") else _moved().get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module, name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _MOVED | _MOVED_HOOKS)
+    return sorted(set(globals()) | set(_moved()))
