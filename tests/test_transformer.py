@@ -25,26 +25,10 @@ from course_lib.transformer import (
     EncoderDecoder,
     EncoderOnly,
 )
-
-ATOL = 1e-5
-D, H, FF = 16, 4, 32
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> bool:
-    return a.shape == b.shape and (a - b).abs().max().item() <= atol
-
+from tests.test_blocks import FF, D, H, _close, _randomise_norms
 
 # Seeded, one intra-op thread (fixture in tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("seed_and_one_thread")
-
-
-def _randomise_norms(module: nn.Module) -> None:
-    """LayerNorm starts as the identity map; random affine parameters make a swap visible."""
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, nn.LayerNorm):
-                m.weight.normal_(1.0, 0.3)
-                m.bias.normal_(0.0, 0.3)
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
