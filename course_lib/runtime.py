@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -106,11 +107,22 @@ def get_device(prefer: str | None = None) -> torch.device:
     raise ValueError(f"Unknown device {choice!r}: use 'cpu', 'cuda' or 'auto'.")
 
 
+def _cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def describe_hardware() -> str:
     """One line naming the CPU, core count, GPU (if any) and library versions."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, {gpu}; "
+        f"{_cpu_name()}, {os.cpu_count()} CPU cores, {gpu}; "
         f"Python {platform.python_version()}, PyTorch {torch.__version__}"
     )
 
