@@ -212,3 +212,16 @@ def test_status_page_renders_the_colab_run():
     data["notebooks"]["notebooks/b.ipynb"] = 50.0
     assert "every one within the 60 s budget" in book._colab_run_table(data)
     assert "No run" in book._colab_run_table({})
+
+
+def test_status_page_shows_every_chapter_in_colabs_runtime():
+    """The status page has the Colab table, and the recorded run covers all 14 chapters."""
+    assert "```{course-colab-run}" in (ROOT / "book/status.md").read_text()
+    data = json.loads((ROOT / "book/colab_run.json").read_text())
+    chapters = {p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("ch*.ipynb")}
+    missing = chapters - set(data["notebooks"])
+    assert not missing, (
+        f"book/colab_run.json has no time for {sorted(missing)}: run "
+        "`COLAB_ALL_CHAPTERS=1 COLAB_TIMES=book/colab_run.json pytest tests/test_colab.py`"
+    )
+    assert "Python 3.13" in data["hardware"] and "CPU cores" in data["hardware"]

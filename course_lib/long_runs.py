@@ -1,0 +1,70 @@
+"""Runs longer than a chapter's budget, recorded once with their provenance.
+
+A chapter trains within about a minute on a laptop CPU. Some of its questions
+need more: does a comparison still hold once every model has converged? Such
+a run is made once, outside the chapter, by the maintainers' tool
+
+    python tools/long_run.py ch10_exo
+
+which executes the chapter with a larger budget (an environment variable the
+chapter reads) under several seeds, through :mod:`course_lib.sweep`, and
+writes the numbers the chapter records (``course_lib.record``) to
+``course_lib/recorded/<name>.json``, with the date, the machine, the command
+and a hash of the notebook cells that define the experiment. The chapter
+shows the file through :func:`load`. ``tests/test_long_runs.py`` fails when
+those cells change after the recording, so a page cannot show the numbers of
+an experiment it no longer runs: rerun the tool, which takes the minutes
+given in ``LONG_RUNS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["LONG_RUNS", "cells_hash", "load"]
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, where cells_hash reads notebooks
+
+
+# name: the notebook, the environment that lengthens it, the cells (by id) that define and
+# measure the experiment, the recorded numbers kept (by prefix), the seeds, and its cost.
+LONG_RUNS: dict[str, dict] = {
+    "ch10_exo": {
+        "notebook": "notebooks/ch10_time_series.ipynb",
+        "env": {"COURSE_CH10_EXO_STEPS": "1000"},
+        # the forecast windows; the four models' training; their validation record and test
+        # errors; the attention maps
+        "cells": ["aeae7599", "590de2d4", "c10exo02", "c10xat02"],
+        "keep": ["exo_", "horizon_", "cross_"],
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 6 per seed on one CPU thread",
+    },
+}
+
+
+def cells_hash(notebook: str | Path, cell_ids: list[str]) -> str:
+    """SHA-256 of the sources of the cells ``cell_ids`` of ``notebook``, in that order."""
+    cells = {c.get("id"): c for c in json.loads((ROOT / notebook).read_text())["cells"]}
+    missing = [i for i in cell_ids if i not in cells]
+    if missing:
+        raise KeyError(f"cells_hash: {notebook} has no cells with ids {missing}")
+    digest = hashlib.sha256()
+    for i in cell_ids:
+        digest.update("".join(cells[i]["source"]).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def load(name: str) -> dict:
+    """The recorded run ``name``: ``{"runs": [{"seed", "results", ...}], "command", ...}``."""
+    if name not in LONG_RUNS:
+        raise KeyError(f"load: no long run named {name!r}; the recorded ones: {sorted(LONG_RUNS)}")
+    path = resources.files("course_lib") / "recorded" / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"load: {name!r} has not been recorded; run `python tools/long_run.py {name}`"
+        )
+    return json.loads(path.read_text())

@@ -1,0 +1,76 @@
+"""course_lib.long_runs: recorded runs beyond a chapter's budget cannot drift from the chapter."""
+
+import importlib.util
+import json
+
+import pytest
+
+from course_lib import long_runs
+from tests.conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location("long_run", ROOT / "tools/long_run.py")
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+
+@pytest.mark.parametrize("name", sorted(long_runs.LONG_RUNS))
+def test_recorded_run_is_of_the_experiment_the_chapter_runs(name):
+    """The record's hash is the hash of the notebook's cells now: else the page shows stale numbers."""
+    spec = long_runs.LONG_RUNS[name]
+    record = long_runs.load(name)
+    assert record["cells"] == spec["cells"]
+    assert record["cells_sha256"] == long_runs.cells_hash(spec["notebook"], spec["cells"]), (
+        f"the cells {spec['cells']} of {spec['notebook']} changed after the long run {name!r} "
+        f"was recorded: rerun `python tools/long_run.py {name}` ({spec['minutes']})"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(long_runs.LONG_RUNS))
+def test_recorded_run_has_every_seed_and_its_provenance(name):
+    spec = long_runs.LONG_RUNS[name]
+    record = long_runs.load(name)
+    assert [run["seed"] for run in record["runs"]] == sorted(spec["seeds"])
+    assert record["command"] == f"python tools/long_run.py {name}"
+    for run in record["runs"]:
+        assert run["results"], f"seed {run['seed']} recorded no numbers"
+        assert all(k.startswith(tuple(spec["keep"])) for k in run["results"])
+        assert run["date"] and "CPU cores" in run["hardware"]
+
+
+def test_ch10_record_is_the_long_budget():
+    """The record is of the lengthened run, not of the chapter's own budget."""
+    steps = int(long_runs.LONG_RUNS["ch10_exo"]["env"]["COURSE_CH10_EXO_STEPS"])
+    for run in long_runs.load("ch10_exo")["runs"]:
+        assert run["results"]["exo_steps"] == steps
+
+
+def test_cells_hash_sees_an_edit(tmp_path, monkeypatch):
+    nb = {"cells": [{"id": "a", "source": ["x = 1\n"]}, {"id": "b", "source": ["y = 2"]}]}
+    (tmp_path / "n.ipynb").write_text(json.dumps(nb))
+    monkeypatch.setattr(long_runs, "ROOT", tmp_path)
+    before = long_runs.cells_hash("n.ipynb", ["a", "b"])
+    assert before != long_runs.cells_hash("n.ipynb", ["b", "a"])
+    nb["cells"][1]["source"] = ["y = 3"]
+    (tmp_path / "n.ipynb").write_text(json.dumps(nb))
+    assert before != long_runs.cells_hash("n.ipynb", ["a", "b"])
+    with pytest.raises(KeyError, match="no cells with ids"):
+        long_runs.cells_hash("n.ipynb", ["c"])
+
+
+def test_write_refuses_a_failed_or_incomplete_sweep(tmp_path, monkeypatch):
+    monkeypatch.setattr(tool, "RECORDED", tmp_path)
+    row = dict(ok=True, seconds=1.0, date="d", hardware="h", error=None, results={"exo_x": 1.0})
+    seeds = long_runs.LONG_RUNS["ch10_exo"]["seeds"]
+    with pytest.raises(SystemExit, match="failed"):
+        tool._write("ch10_exo", [dict(row, seed=0, ok=False, error="boom")])
+    with pytest.raises(SystemExit, match="seeds"):
+        tool._write("ch10_exo", [dict(row, seed=0)])
+    rows = [dict(row, seed=s, results={"exo_x": 1.0, "other": 2.0}) for s in seeds]
+    out = tool._write("ch10_exo", rows)
+    written = json.loads(out.read_text())
+    assert [r["results"] for r in written["runs"]] == [{"exo_x": 1.0}] * len(seeds)
+
+
+def test_load_names_the_fix():
+    with pytest.raises(KeyError, match="no long run named"):
+        long_runs.load("ch99")

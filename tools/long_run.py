@@ -1,0 +1,88 @@
+"""Record a run longer than a chapter's budget (see ``course_lib.long_runs``).
+
+    python tools/long_run.py ch10_exo
+
+runs the chapter named in ``course_lib.long_runs.LONG_RUNS`` with its longer
+budget under each of its seeds (one CPU thread each, ``--jobs`` at a time,
+through ``course_lib.sweep``) and writes what the chapter records to
+``course_lib/recorded/<name>.json``, with the date, the machine and a hash of
+the cells that define the experiment. Commit the file: the chapter reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+from pathlib import Path
+
+from course_lib.long_runs import LONG_RUNS, cells_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = ROOT / "course_lib" / "recorded"
+
+
+def _record(name: str, jobs: int) -> Path:
+    from course_lib.runtime import describe_hardware
+    from course_lib.sweep import sweep
+
+    spec = LONG_RUNS[name]
+    os.environ.update(spec["env"])
+    rows = sweep([ROOT / spec["notebook"]], spec["seeds"], [1], jobs=jobs, timeout=3600)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    for row in rows:
+        row.update(date=stamp, hardware=describe_hardware())
+    return _write(name, rows)
+
+
+def _write(name: str, rows: list[dict]) -> Path:
+    """Write the sweep's rows (one per seed, as ``course_lib.sweep`` returns them) as the record."""
+    spec = LONG_RUNS[name]
+    failed = [r for r in rows if not r["ok"]]
+    if failed:
+        raise SystemExit(f"long run {name} failed: {[(r['seed'], r['error']) for r in failed]}")
+    if sorted(r["seed"] for r in rows) != sorted(spec["seeds"]):
+        raise SystemExit(f"long run {name}: seeds {[r['seed'] for r in rows]}, not {spec['seeds']}")
+    runs = [
+        {
+            "seed": r["seed"],
+            "seconds": r["seconds"],
+            "date": r["date"],
+            "hardware": r["hardware"],
+            "results": {k: v for k, v in r["results"].items() if k.startswith(tuple(spec["keep"]))},
+        }
+        for r in sorted(rows, key=lambda r: r["seed"])
+    ]
+    env = " ".join(f"{k}={v}" for k, v in spec["env"].items())
+    record = {
+        "name": name,
+        "notebook": spec["notebook"],
+        "command": f"python tools/long_run.py {name}",
+        "what_it_runs": f"{env} over seeds {spec['seeds']}, one CPU thread",
+        "cells": spec["cells"],
+        "cells_sha256": cells_hash(spec["notebook"], spec["cells"]),
+        "runs": runs,
+    }
+    RECORDED.mkdir(exist_ok=True)
+    out = RECORDED / f"{name}.json"
+    out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python tools/long_run.py",
+        description="Run a chapter with a budget beyond its minute and record what it computes.",
+    )
+    parser.add_argument("name", choices=sorted(LONG_RUNS))
+    parser.add_argument("--jobs", type=int, default=None, help="CPU cores to use (default: all)")
+    args = parser.parse_args(argv)
+    out = _record(args.name, args.jobs)
+    print(f"recorded: {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
