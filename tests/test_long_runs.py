@@ -31,16 +31,18 @@ def test_recorded_run_has_every_seed_and_its_provenance(name):
     record = long_runs.load(name)
     assert [run["seed"] for run in record["runs"]] == sorted(spec["seeds"])
     assert record["command"] == f"python tools/long_run.py {name}"
+    assert record["started"] and "CPU cores" in record["hardware"]
     for run in record["runs"]:
         assert run["results"], f"seed {run['seed']} recorded no numbers"
         assert all(k.startswith(tuple(spec["keep"])) for k in run["results"])
-        assert run["date"] and "CPU cores" in run["hardware"]
 
 
-def test_ch10_record_is_the_long_budget():
-    """The record is of the lengthened run, not of the chapter's own budget."""
-    steps = int(long_runs.LONG_RUNS["ch10_exo"]["env"]["COURSE_CH10_EXO_STEPS"])
-    for run in long_runs.load("ch10_exo")["runs"]:
+@pytest.mark.parametrize("name", ["ch10_exo_150", "ch10_exo_1000"])
+def test_ch10_record_is_of_its_budget(name):
+    """Each record ran the number of updates its name and environment give."""
+    steps = int(long_runs.LONG_RUNS[name]["env"]["COURSE_CH10_EXO_STEPS"])
+    assert name.endswith(f"_{steps}")
+    for run in long_runs.load(name)["runs"]:
         assert run["results"]["exo_steps"] == steps
 
 
@@ -59,14 +61,15 @@ def test_cells_hash_sees_an_edit(tmp_path, monkeypatch):
 
 def test_write_refuses_a_failed_or_incomplete_sweep(tmp_path, monkeypatch):
     monkeypatch.setattr(tool, "RECORDED", tmp_path)
-    row = dict(ok=True, seconds=1.0, date="d", hardware="h", error=None, results={"exo_x": 1.0})
-    seeds = long_runs.LONG_RUNS["ch10_exo"]["seeds"]
+    row = dict(ok=True, seconds=1.0, error=None, results={"exo_x": 1.0})
+    seeds = long_runs.LONG_RUNS["ch10_exo_150"]["seeds"]
+    meta = dict(start="s", hardware="h", cells_sha256="x")
     with pytest.raises(SystemExit, match="failed"):
-        tool._write("ch10_exo", [dict(row, seed=0, ok=False, error="boom")])
+        tool._write("ch10_exo_150", [dict(row, seed=0, ok=False, error="boom")], **meta)
     with pytest.raises(SystemExit, match="seeds"):
-        tool._write("ch10_exo", [dict(row, seed=0)])
+        tool._write("ch10_exo_150", [dict(row, seed=0)], **meta)
     rows = [dict(row, seed=s, results={"exo_x": 1.0, "other": 2.0}) for s in seeds]
-    out = tool._write("ch10_exo", rows)
+    out = tool._write("ch10_exo_150", rows, **meta)
     written = json.loads(out.read_text())
     assert [r["results"] for r in written["runs"]] == [{"exo_x": 1.0}] * len(seeds)
 

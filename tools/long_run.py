@@ -2,7 +2,7 @@
 
     python tools/long_run.py ch10_exo
 
-runs the chapter named in ``course_lib.long_runs.LONG_RUNS`` with its longer
+runs the chapter named in ``course_lib.long_runs.LONG_RUNS`` with its
 budget under each of its seeds (one CPU thread each, ``--jobs`` at a time,
 through ``course_lib.sweep``) and writes what the chapter records to
 ``course_lib/recorded/<name>.json``, with the date, the machine and a hash of
@@ -24,20 +24,25 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "course_lib" / "recorded"
 
 
-def _record(name: str, jobs: int) -> Path:
+def _record(name: str, jobs: int | None, sweep_out: Path | None = None) -> Path:
     from course_lib.runtime import describe_hardware
     from course_lib.sweep import sweep
 
     spec = LONG_RUNS[name]
+    before = cells_hash(spec["notebook"], spec["cells"])  # the cells the runs will execute
     os.environ.update(spec["env"])
+    start = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = sweep([ROOT / spec["notebook"]], spec["seeds"], [1], jobs=jobs, timeout=3600)
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    for row in rows:
-        row.update(date=stamp, hardware=describe_hardware())
-    return _write(name, rows)
+    if cells_hash(spec["notebook"], spec["cells"]) != before:
+        raise SystemExit(f"long run {name}: the cells changed while it ran; run it again")
+    if sweep_out:  # the same runs, as rows of the any-seed record (book/sweep.json)
+        from course_lib.sweep import _merge
+
+        _merge(sweep_out, rows, describe_hardware())
+    return _write(name, rows, start=start, hardware=describe_hardware(), cells_sha256=before)
 
 
-def _write(name: str, rows: list[dict]) -> Path:
+def _write(name: str, rows: list[dict], *, start: str, hardware: str, cells_sha256: str) -> Path:
     """Write the sweep's rows (one per seed, as ``course_lib.sweep`` returns them) as the record."""
     spec = LONG_RUNS[name]
     failed = [r for r in rows if not r["ok"]]
@@ -49,8 +54,6 @@ def _write(name: str, rows: list[dict]) -> Path:
         {
             "seed": r["seed"],
             "seconds": r["seconds"],
-            "date": r["date"],
-            "hardware": r["hardware"],
             "results": {k: v for k, v in r["results"].items() if k.startswith(tuple(spec["keep"]))},
         }
         for r in sorted(rows, key=lambda r: r["seed"])
@@ -60,9 +63,11 @@ def _write(name: str, rows: list[dict]) -> Path:
         "name": name,
         "notebook": spec["notebook"],
         "command": f"python tools/long_run.py {name}",
-        "what_it_runs": f"{env} over seeds {spec['seeds']}, one CPU thread",
+        "what_it_runs": f"{env}, seeds {spec['seeds']}, one CPU thread each",
+        "started": start,
+        "hardware": hardware,
         "cells": spec["cells"],
-        "cells_sha256": cells_hash(spec["notebook"], spec["cells"]),
+        "cells_sha256": cells_sha256,
         "runs": runs,
     }
     RECORDED.mkdir(exist_ok=True)
@@ -78,8 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("name", choices=sorted(LONG_RUNS))
     parser.add_argument("--jobs", type=int, default=None, help="CPU cores to use (default: all)")
+    parser.add_argument(
+        "--sweep-out",
+        type=Path,
+        default=None,
+        help="also add the runs to this any-seed record (e.g. book/sweep.json)",
+    )
     args = parser.parse_args(argv)
-    out = _record(args.name, args.jobs)
+    out = _record(args.name, args.jobs, args.sweep_out)
     print(f"recorded: {out}", file=sys.stderr)
     return 0
 
