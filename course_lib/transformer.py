@@ -59,7 +59,7 @@ def _block_args(c: TransformerConfig) -> tuple[tuple, dict]:
 class Encoder(nn.Module):
     """A stack of ``config.num_layers`` :class:`EncoderBlock`, Chapter 4, eq. (4.6).
 
-    ``final_norm`` (default: ``norm_first``) adds the layer norm a pre-norm stack
+    ``final_norm`` (default: ``config.norm_first``) adds the layer norm a pre-norm stack
     needs after its last block; ``forward(x [B, T, D], mask, key_padding_mask,
     is_causal) -> [B, T, D]``.  ``position()``, if given, makes each block's
     relative-position hook (Chapter 8): one call per block, so each block has
