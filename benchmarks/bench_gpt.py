@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from benchmarks.harness import Config, compare, time_side_by_side
 from course_lib.blocks import from_torch_state_dict
+from course_lib.config import TransformerConfig
 from course_lib.gpt import GPT
 
 GOAL = 1.2  # issue 18
@@ -53,7 +54,10 @@ class TorchGPT(nn.Module):
 
 def ours_from(peer: TorchGPT, vocab: int, d_model: int, heads: int, layers: int, max_len: int):
     """A :class:`GPT` holding ``peer``'s weights."""
-    ours = GPT(vocab, d_model, heads, layers, max_len=max_len)
+    config = TransformerConfig(
+        d_model=d_model, num_heads=heads, num_layers=layers, max_len=max_len, activation="gelu"
+    )
+    ours = GPT(config, vocab)
     state = {
         k.replace("tok.", "embed.tok.", 1).replace("pos.", "embed.pos.", 1): v
         for k, v in peer.state_dict().items()

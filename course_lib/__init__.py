@@ -11,6 +11,7 @@ implements.  Notebooks import from here and show the source with
 ``attention``       alignment scores (Ch. 2); scaled dot-product and multi-head attention (Ch. 3)
 ``blocks``          feed-forward, encoder and decoder blocks (Ch. 4)
 ``transformer``     stacks of blocks, the three families (Ch. 4)
+``config``          ``TransformerConfig``, the sizes every Transformer model takes (Ch. 4)
 ``embeddings``      embedding lookup and static word vectors (Ch. 5)
 ``tokenization``    pre-tokenization, byte-pair encoding, WordPiece (Ch. 5)
 ``unigram``         Unigram language-model tokenization (Ch. 5, 12)

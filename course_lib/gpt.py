@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from course_lib.blocks import ACTIVATIONS
+from course_lib.config import TransformerConfig
 from course_lib.lm import evaluate_lm
 
 # count_parameters moved to course_lib.params (it serves every chapter); re-exported here
@@ -62,45 +63,17 @@ __all__ = [
 class GPT(DecoderOnly):
     """A decoder-only LM from the library's blocks; ``forward(tokens [B, T]) -> logits [B, T, V]``.
 
-    Same arguments as :class:`~course_lib.transformer.DecoderOnly`, with GELU and
-    ``d_ff = 4 d_model`` by default (GPT's choices).  ``config`` holds the
-    arguments, so a checkpoint can rebuild the model.
+    ``GPT(config, vocab_size)``: :class:`~course_lib.transformer.DecoderOnly`
+    with :meth:`hidden_states` and checkpoints.  GPT's own choices are a
+    pre-norm stack with GELU and ``d_ff = 4 d_model``:
+    ``TransformerConfig(activation="gelu")`` (``norm_first=True`` and
+    ``d_ff=None``, i.e. ``4 d_model``, are the config's defaults).
+    ``config`` and ``vocab_size`` rebuild the model from a checkpoint.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int | None = None,
-        dropout: float = 0.0,
-        *,
-        max_len: int = 128,
-        activation: str = "gelu",
-    ) -> None:
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        super().__init__(
-            vocab_size,
-            d_model,
-            num_heads,
-            num_layers,
-            d_ff,
-            dropout,
-            max_len=max_len,
-            norm_first=True,
-            activation=activation,
-        )
-        self.config = dict(
-            vocab_size=vocab_size,
-            d_model=d_model,
-            num_heads=num_heads,
-            num_layers=num_layers,
-            d_ff=d_ff,
-            dropout=dropout,
-            max_len=max_len,
-            activation=activation,
-        )
+    def __init__(self, config: TransformerConfig, vocab_size: int) -> None:
+        super().__init__(config, vocab_size)
+        self.vocab_size = vocab_size
 
     def hidden_states(self, tokens: Tensor) -> Tensor:
         """The final (normed) hidden states [B, T, D], before the read-out."""
@@ -129,13 +102,16 @@ def evaluate(
 
 def save_checkpoint(model: GPT, path: str | Path, **extra) -> None:
     """Write ``model``'s configuration, weights and any ``extra`` values to ``path``."""
-    torch.save({"config": model.config, "state_dict": model.state_dict(), "extra": extra}, path)
+    config = {**model.config.to_dict(), "vocab_size": model.vocab_size}
+    torch.save({"config": config, "state_dict": model.state_dict(), "extra": extra}, path)
 
 
 def load_checkpoint(path: str | Path, map_location=None) -> tuple[GPT, dict]:
     """Rebuild the :class:`GPT` saved at ``path``; returns ``(model, extra)``."""
     ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    model = GPT(**ckpt["config"])
+    config = dict(ckpt["config"])
+    vocab_size = config.pop("vocab_size")
+    model = GPT(TransformerConfig(**config), vocab_size)
     model.load_state_dict(ckpt["state_dict"])
     return model, ckpt["extra"]
 

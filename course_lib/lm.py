@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import trange
 
+from course_lib.config import TransformerConfig, check_config
 from course_lib.position_hooks import POSITION_METHODS, position_hook
 from course_lib.positional import LearnedPositions, sinusoidal_table
 from course_lib.shapes import expect_positive, expect_shape, fmt_shape
@@ -296,10 +297,12 @@ def evaluate_lm(
 class PositionalLM(nn.Module):
     """A small causal character LM with one position method, Chapter 8's experiment.
 
-    Token embedding, plus a position table of Chapter 7 for ``"learned"``
-    (``max_len`` rows, eq. (7.3)) or ``"sinusoidal"`` (eq. (7.1)); then the course's pre-norm stack
-    :class:`course_lib.transformer.Encoder` (GELU, ``d_ff = 4 d_model``, final
-    LayerNorm) run causally, whose attention gets the method's hook
+    ``PositionalLM(config, vocab_size, method, ...)``.  Token embedding, plus a
+    position table of Chapter 7 for ``"learned"`` (``config.max_len`` rows, eq. (7.3))
+    or ``"sinusoidal"`` (eq. (7.1)); then the course's stack
+    :class:`course_lib.transformer.Encoder` (the chapters use pre-norm, GELU,
+    ``d_ff = 4 d_model``: ``TransformerConfig(activation="gelu", max_len=...)``)
+    run causally, whose attention gets the method's hook
     (:func:`course_lib.position_hooks.position_hook`: Shaw, T5, ALiBi or RoPE);
     a linear read-out.  ``forward(ids [B, T], offset=0) -> logits [B, T, V]``.
 
@@ -320,13 +323,10 @@ class PositionalLM(nn.Module):
 
     def __init__(
         self,
+        config: TransformerConfig,
         vocab_size: int,
         method: str,
         *,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        max_len: int = 64,
         shaw_max_distance: int = 16,
         t5_num_buckets: int = 32,
         t5_max_distance: int = 128,
@@ -335,6 +335,7 @@ class PositionalLM(nn.Module):
         token_scale: float = 1.0,
     ) -> None:
         super().__init__()
+        self.config = c = check_config("PositionalLM", config)
         if not (token_init_std > 0 and token_scale > 0):
             raise ValueError(
                 f"PositionalLM: token_init_std and token_scale must be > 0, got "
@@ -353,30 +354,21 @@ class PositionalLM(nn.Module):
             raise ValueError(
                 f"PositionalLM: method must be one of {POSITION_METHODS}, got {method!r}"
             )
-        expect_positive("PositionalLM", vocab_size=vocab_size, d_model=d_model, max_len=max_len)
-        if d_model % num_heads:
-            raise ValueError(
-                f"PositionalLM: d_model ({d_model}) must be a multiple of num_heads ({num_heads})"
-            )
-        self.method, self.d_model = method, d_model
-        self.embed = nn.Embedding(vocab_size, d_model)
+        expect_positive("PositionalLM", vocab_size=vocab_size)
+        self.method, self.d_model = method, c.d_model
+        self.embed = nn.Embedding(vocab_size, c.d_model)
         nn.init.normal_(self.embed.weight, std=token_init_std)
-        self.positions = LearnedPositions(max_len, d_model) if method == "learned" else None
+        self.positions = LearnedPositions(c.max_len, c.d_model) if method == "learned" else None
         options = dict(
             shaw_max_distance=shaw_max_distance,
             t5_num_buckets=t5_num_buckets,
             t5_max_distance=t5_max_distance,
         )
+        head_dim = c.d_model // c.num_heads  # d = D / h
         self.blocks = Encoder(
-            num_layers,
-            d_model,
-            num_heads,
-            4 * d_model,
-            norm_first=True,
-            activation="gelu",
-            position=lambda: position_hook(method, d_model // num_heads, num_heads, **options),
+            c, position=lambda: position_hook(method, head_dim, c.num_heads, **options)
         )
-        self.head = nn.Linear(d_model, vocab_size)
+        self.head = nn.Linear(c.d_model, vocab_size)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         expect_shape("PositionalLM", "ids", ids, [("B", None), ("T", None)])

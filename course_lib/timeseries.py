@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from course_lib.config import TransformerConfig, check_config
 from course_lib.positional import sinusoidal_table
 from course_lib.shapes import expect_shape
 from course_lib.time_encoding import time_encoding
@@ -201,7 +202,10 @@ class PatchForecaster(nn.Module):
 
         z = Encoder(W_p patches + W_pos),    y_hat = W_h flatten(z) + b_h.
 
-    ``forward(x [B, T_in, C], exog=None) -> [B, T_out, C]``.
+    ``PatchForecaster(config, context, horizon, ...)``: ``config`` sets the
+    trunk (the chapter's is pre-norm, ReLU: ``TransformerConfig(d_model=32,
+    d_ff=64)``); ``config.max_len`` is not read (the patch count is set by
+    ``context``).  ``forward(x [B, T_in, C], exog=None) -> [B, T_out, C]``.
 
     Exogenous covariates, eq. (10.5): with ``n_exog = E > 0`` the forward pass
     takes ``exog [B, T_in + T_out, C_x]`` (the covariates over the context *and* the
@@ -232,21 +236,19 @@ class PatchForecaster(nn.Module):
 
     def __init__(
         self,
+        config: TransformerConfig,
         context: int,
         horizon: int,
         patch_len: int = 16,
         stride: int = 8,
-        d_model: int = 32,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 64,
-        dropout: float = 0.0,
         n_exog: int = 0,
         pad_end: bool = False,
         exog_mode: str = "cross",
         horizon_layers: int = 1,
     ) -> None:
         super().__init__()
+        self.config = c = check_config("PatchForecaster", config)
+        d_model = c.d_model
         if horizon < 1 or n_exog < 0 or horizon_layers < 1:
             raise ValueError(
                 f"PatchForecaster: need horizon >= 1, n_exog >= 0, horizon_layers >= 1; got "
@@ -265,16 +267,15 @@ class PatchForecaster(nn.Module):
         self.revin = RevIN()
         self.embed = nn.Linear(patch_len, d_model)  # W_p [D, P]
         self.pos = nn.Parameter(torch.randn(self.n_patches, d_model) * 0.02)  # W_pos [N_p, D]
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(c.dropout)
         n_head_in = self.n_patches * d_model
-        blocks = (num_layers, d_model, num_heads, d_ff, dropout)
         if self.exog_mode == "cross":  # covariates are patched: [B, C_x, N_x, P] -> [B, N_x, C_x P]
             self.n_exog_patches = num_patches(context + horizon, patch_len, stride)
             self.exog_embed = nn.Linear(n_exog * patch_len, d_model)  # [D, C_x P]
             self.exog_pos = nn.Parameter(torch.randn(self.n_exog_patches, d_model) * 0.02)
-            self.backbone: nn.Module = Decoder(*blocks, norm_first=True)
+            self.backbone: nn.Module = Decoder(c)
         else:
-            self.backbone = Encoder(*blocks, norm_first=True)
+            self.backbone = Encoder(c)
         if self.exog_mode == "concat":  # the control: raw covariates next to flatten(z)
             n_head_in += (context + horizon) * n_exog
         if self.exog_mode == "horizon":  # (10.9): one query per future step
@@ -282,7 +283,7 @@ class PatchForecaster(nn.Module):
             tau = sinusoidal_table(context + horizon, d_model)  # [T_in + T_out, D]
             self.register_buffer("tau", tau, persistent=False)
             self.queries = nn.Parameter(torch.zeros(horizon, d_model))  # e_h [T_out, D]
-            self.horizon_decoder = Decoder(horizon_layers, *blocks[1:], norm_first=True)
+            self.horizon_decoder = Decoder(c.replace(num_layers=horizon_layers))
             self.query_head = nn.Linear(d_model, 1)  # w_o [1, D], b_o
         self.head = nn.Linear(n_head_in, horizon)  # W_h [T_out, N_p D (+ (T_in + T_out) C_x)]
 

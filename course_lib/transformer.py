@@ -9,6 +9,11 @@ post-norm (4.2) or pre-norm (4.3)) are in :mod:`course_lib.blocks`; here they ar
 stacked (:class:`Encoder`, :class:`Decoder`, eq. (4.6)) and made into the three
 families: :class:`EncoderDecoder`, :class:`EncoderOnly`, :class:`DecoderOnly`.
 
+Every stack and model takes a :class:`~course_lib.config.TransformerConfig`
+first (``d_model``, ``num_heads``, ``num_layers``, ``d_ff``, ``dropout``,
+``max_len``, ``norm_first``, ``activation``, ``eps``), then its own arguments,
+and keeps it as ``self.config``.
+
 Masks follow the library's convention (:mod:`course_lib.masks`): boolean
 True = may attend; padding masks are True at real tokens.
 """
@@ -27,6 +32,7 @@ from course_lib.blocks import ACTIVATIONS as ACTIVATIONS
 from course_lib.blocks import DecoderBlock, EncoderBlock
 from course_lib.blocks import FeedForward as FeedForward
 from course_lib.blocks import from_torch_state_dict as from_torch_state_dict
+from course_lib.config import TransformerConfig, check_config
 from course_lib.shapes import fmt_shape
 
 __all__ = [
@@ -38,15 +44,22 @@ __all__ = [
 ]
 
 
-def _final_norm(d_model: int, norm_first: bool, final_norm: bool | None) -> nn.Module | None:
+def _final_norm(config: TransformerConfig, final_norm: bool | None) -> nn.Module | None:
     """The layer norm after the last block (4.6): a pre-norm stack needs it, a post-norm one not."""
-    return nn.LayerNorm(d_model) if (norm_first if final_norm is None else final_norm) else None
+    wanted = config.norm_first if final_norm is None else final_norm
+    return nn.LayerNorm(config.d_model, eps=config.eps) if wanted else None
+
+
+def _block_args(c: TransformerConfig) -> tuple[tuple, dict]:
+    """A block's arguments from the config: ``(d_model, num_heads, d_ff, dropout)`` and keywords."""
+    kw = dict(norm_first=c.norm_first, activation=c.activation, eps=c.eps)
+    return (c.d_model, c.num_heads, c.d_ff, c.dropout), kw
 
 
 class Encoder(nn.Module):
-    """A stack of ``num_layers`` :class:`EncoderBlock`, Chapter 4, eq. (4.6).
+    """A stack of ``config.num_layers`` :class:`EncoderBlock`, Chapter 4, eq. (4.6).
 
-    ``final_norm`` (default: ``norm_first``) adds the layer norm a pre-norm stack
+    ``final_norm`` (default: ``config.norm_first``) adds the layer norm a pre-norm stack
     needs after its last block; ``forward(x [B, T, D], mask, key_padding_mask,
     is_causal) -> [B, T, D]``.  ``position()``, if given, makes each block's
     relative-position hook (Chapter 8): one call per block, so each block has
@@ -55,24 +68,19 @@ class Encoder(nn.Module):
 
     def __init__(
         self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
+        config: TransformerConfig,
         *,
-        norm_first: bool = False,
-        activation: str = "relu",
         final_norm: bool | None = None,
         position: Callable[[], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        kw = dict(norm_first=norm_first, activation=activation)
+        self.config = check_config("Encoder", config)
+        args, kw = _block_args(config)
         self.layers = nn.ModuleList(
-            EncoderBlock(d_model, num_heads, d_ff, dropout, **kw, position=position and position())
-            for _ in range(num_layers)
+            EncoderBlock(*args, **kw, position=position and position())
+            for _ in range(config.num_layers)
         )
-        self.norm = _final_norm(d_model, norm_first, final_norm)
+        self.norm = _final_norm(config, final_norm)
 
     def forward(
         self,
@@ -87,30 +95,18 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """A stack of ``num_layers`` :class:`DecoderBlock` (eq. (4.6)); causal by default.
+    """A stack of ``config.num_layers`` :class:`DecoderBlock` (eq. (4.6)); causal by default.
 
     ``forward(x [B, T, D], memory [B, S, D], tgt_key_padding_mask=None,
     memory_key_padding_mask=None) -> [B, T, D]``.
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        *,
-        norm_first: bool = False,
-        activation: str = "relu",
-        final_norm: bool | None = None,
-    ) -> None:
+    def __init__(self, config: TransformerConfig, *, final_norm: bool | None = None) -> None:
         super().__init__()
-        kw = dict(norm_first=norm_first, activation=activation)
-        self.layers = nn.ModuleList(
-            DecoderBlock(d_model, num_heads, d_ff, dropout, **kw) for _ in range(num_layers)
-        )
-        self.norm = _final_norm(d_model, norm_first, final_norm)
+        self.config = check_config("Decoder", config)
+        args, kw = _block_args(config)
+        self.layers = nn.ModuleList(DecoderBlock(*args, **kw) for _ in range(config.num_layers))
+        self.norm = _final_norm(config, final_norm)
 
     def forward(
         self,
@@ -164,30 +160,19 @@ class EncoderDecoder(nn.Module):
     ``training.train`` work unchanged.
 
     ``forward(src [B, S], tgt_in [B, T]) -> logits [B, T, V]`` (teacher forcing,
-    causal decoder); ``greedy_decode(src, length) -> [B, length]``.
+    causal decoder); ``greedy_decode(src, length) -> [B, length]``.  The encoder
+    and the decoder both have ``config.num_layers`` blocks.
     """
 
-    def __init__(
-        self,
-        num_symbols: int,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 128,
-        dropout: float = 0.0,
-        *,
-        max_len: int = 128,
-        norm_first: bool = True,
-        activation: str = "relu",
-    ) -> None:
+    def __init__(self, config: TransformerConfig, num_symbols: int) -> None:
         super().__init__()
+        self.config = c = check_config("EncoderDecoder", config)
         self.num_symbols, self.bos = num_symbols, num_symbols
-        kw = dict(norm_first=norm_first, activation=activation)
-        self.src_embed = _Embed(num_symbols, d_model, max_len)
-        self.tgt_embed = _Embed(num_symbols + 1, d_model, max_len)
-        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, **kw)
-        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, **kw)
-        self.out = nn.Linear(d_model, num_symbols)  # [V, D]
+        self.src_embed = _Embed(num_symbols, c.d_model, c.max_len)
+        self.tgt_embed = _Embed(num_symbols + 1, c.d_model, c.max_len)
+        self.encoder = Encoder(c)
+        self.decoder = Decoder(c)
+        self.out = nn.Linear(c.d_model, num_symbols)  # [V, D]
 
     def encode(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
         """The memory [B, S, D]: every source position, seen by every other (no mask)."""
@@ -223,32 +208,12 @@ class EncoderOnly(nn.Module):
     per-token head, e.g. tagging or a masked-token prediction).
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        num_outputs: int,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 128,
-        dropout: float = 0.0,
-        *,
-        max_len: int = 128,
-        norm_first: bool = True,
-        activation: str = "relu",
-    ) -> None:
+    def __init__(self, config: TransformerConfig, vocab_size: int, num_outputs: int) -> None:
         super().__init__()
-        self.embed = _Embed(vocab_size, d_model, max_len)
-        self.blocks = Encoder(
-            num_layers,
-            d_model,
-            num_heads,
-            d_ff,
-            dropout,
-            norm_first=norm_first,
-            activation=activation,
-        )
-        self.head = nn.Linear(d_model, num_outputs)
+        self.config = c = check_config(type(self).__name__, config)
+        self.embed = _Embed(vocab_size, c.d_model, c.max_len)
+        self.blocks = Encoder(c)
+        self.head = nn.Linear(c.d_model, num_outputs)
 
     def forward(self, tokens: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         return self.head(self.blocks(self.embed(tokens), key_padding_mask=key_padding_mask))
@@ -263,23 +228,8 @@ class DecoderOnly(EncoderOnly):
     logits [B, T, V]``.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        d_ff: int = 128,
-        dropout: float = 0.0,
-        *,
-        max_len: int = 128,
-        norm_first: bool = True,
-        activation: str = "relu",
-    ) -> None:
-        kw = dict(max_len=max_len, norm_first=norm_first, activation=activation)
-        super().__init__(
-            vocab_size, vocab_size, d_model, num_heads, num_layers, d_ff, dropout, **kw
-        )
+    def __init__(self, config: TransformerConfig, vocab_size: int) -> None:
+        super().__init__(config, vocab_size, vocab_size)
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.head(self.blocks(self.embed(tokens), is_causal=True))

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from course_lib.attention import record_attention
 from course_lib.blocks import EncoderBlock
+from course_lib.config import TransformerConfig, check_config
 from course_lib.shapes import fmt_shape
 
 __all__ = [
@@ -128,56 +129,51 @@ class ViT(nn.Module):
     position 0; :meth:`attention_weights` returns the attention weights of every
     layer, ``[num_layers, B, h, T, T]``.
 
+    ``ViT(config, image_size, patch_size, num_classes, in_channels=1)``.
     Parameters: ``patch_embed`` (:class:`PatchEmbedding`), ``cls_token`` [1, 1, D],
-    ``pos_embed`` [1, T, D] (learned, eq. (13.1)), ``blocks`` (``num_layers`` pre-norm
-    :class:`~course_lib.blocks.EncoderBlock`, GELU), ``norm`` (the final
-    layer norm, eq. (13.4)) and ``head`` (``Linear(D, K)``).  ``eps`` is the
+    ``pos_embed`` [1, T, D] (learned, eq. (13.1)), ``blocks`` (``config.num_layers``
+    :class:`~course_lib.blocks.EncoderBlock`; ViT's are pre-norm with GELU:
+    ``TransformerConfig(activation="gelu", eps=1e-6)``), ``norm`` (the final
+    layer norm, eq. (13.4)) and ``head`` (``Linear(D, K)``).  ``config.eps`` is the
     epsilon of every layer norm (Hugging Face's ViT uses 1e-12, the original
-    code 1e-6).
+    code 1e-6); ``config.max_len`` is not read (``T = N_p + 1``, set by the image).
     """
 
     def __init__(
         self,
+        config: TransformerConfig,
         image_size: int,
         patch_size: int,
         num_classes: int,
         *,
         in_channels: int = 1,
-        d_model: int = 64,
-        num_layers: int = 4,
-        num_heads: int = 4,
-        d_ff: int = 128,
-        dropout: float = 0.0,
-        eps: float = 1e-6,
     ) -> None:
         super().__init__()
+        self.config = c = check_config("ViT", config)
         if not isinstance(patch_size, int) or patch_size < 1:
             raise ValueError(f"ViT: patch_size must be a positive int, got {patch_size!r}")
         if image_size % patch_size:
             raise ValueError(
                 f"ViT: image_size ({image_size}) must be a multiple of patch_size ({patch_size})"
             )
-        if num_classes < 1 or num_layers < 1:
-            raise ValueError(
-                f"ViT: num_classes ({num_classes}) and num_layers ({num_layers}) must be >= 1"
-            )
+        if num_classes < 1:
+            raise ValueError(f"ViT: num_classes ({num_classes}) must be >= 1")
         self.image_size, self.patch_size = image_size, patch_size
         self.grid = image_size // patch_size
         self.num_patches = self.grid**2
-        self.patch_embed = PatchEmbedding(in_channels, d_model, patch_size)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))  # x_cls    [1, 1, D]
+        self.patch_embed = PatchEmbedding(in_channels, c.d_model, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))  # x_cls  [1, 1, D]
         self.pos_embed = nn.Parameter(  # E_pos                                  [1, T, D]
-            torch.randn(1, self.num_patches + 1, d_model) * 0.02
+            torch.randn(1, self.num_patches + 1, c.d_model) * 0.02
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(c.dropout)
+        kw = dict(norm_first=c.norm_first, activation=c.activation, eps=c.eps)
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                d_model, num_heads, d_ff, dropout, norm_first=True, activation="gelu", eps=eps
-            )
-            for _ in range(num_layers)
+            EncoderBlock(c.d_model, c.num_heads, c.d_ff, c.dropout, **kw)
+            for _ in range(c.num_layers)
         )
-        self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.head = nn.Linear(d_model, num_classes)
+        self.norm = nn.LayerNorm(c.d_model, eps=c.eps)
+        self.head = nn.Linear(c.d_model, num_classes)
 
     def features(self, images: Tensor) -> Tensor:
         """Every token after the last block and the final layer norm, ``[B, T, D]``."""

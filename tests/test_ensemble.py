@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_lib.config import TransformerConfig
 from course_lib.ensemble import BestPerMember, Stacked, clip_grad_norm_per_member, train_stacked
 from course_lib.forecasting import NLinear
 from course_lib.timeseries import PatchForecaster
@@ -17,8 +18,8 @@ def _forecasters(mode: str = "horizon") -> list[PatchForecaster]:
     models = []
     for seed in range(K):
         torch.manual_seed(seed)
-        kw = dict(patch_len=8, stride=4, d_model=16, num_heads=2, num_layers=1, d_ff=32)
-        models.append(PatchForecaster(32, 8, n_exog=2, exog_mode=mode, **kw))
+        config = TransformerConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32)
+        models.append(PatchForecaster(config, 32, 8, 8, 4, n_exog=2, exog_mode=mode))
     return models
 
 

@@ -9,11 +9,13 @@ from torch import nn
 from transformers import GPT2Config, GPT2Model
 
 from course_lib import gpt, lm, params
+from course_lib.config import TransformerConfig
 
 
-def small_gpt(seed=0, **kw):
+def small_gpt(seed=0):
     torch.manual_seed(seed)
-    return gpt.GPT(50, d_model=32, num_heads=4, num_layers=2, max_len=16, **kw).eval()
+    config = TransformerConfig(d_model=32, num_heads=4, num_layers=2, max_len=16, activation="gelu")
+    return gpt.GPT(config, 50).eval()
 
 
 def test_blocks_match_gpt2():
@@ -79,6 +81,7 @@ def test_checkpoint_roundtrip(tmp_path):
     loaded, extra = gpt.load_checkpoint(tmp_path / "m.pt")
     x = torch.randint(50, (2, 8))
     assert extra == {"step": 7}
+    assert loaded.config == model.config and loaded.vocab_size == model.vocab_size == 50
     with torch.no_grad():
         assert torch.equal(model(x), loaded.eval()(x))
 
@@ -183,7 +186,9 @@ def test_qv_lora_trains_only_the_factors():
 def test_training_lowers_loss():
     torch.manual_seed(0)
     data = torch.arange(400) % 7  # a periodic sequence: easy to predict
-    model = gpt.GPT(7, d_model=16, num_heads=2, num_layers=1, max_len=16)
+    model = gpt.GPT(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=16, activation="gelu"), 7
+    )
     before, _ = gpt.evaluate(model, data, block=16, num_chars=256)
     lm.train_lm(model, data, 60, block=16, batch_size=8, lr=1e-2, progress=False)
     after, ppl = gpt.evaluate(model, data, block=16, num_chars=256)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from course_lib import lm
+from course_lib.config import TransformerConfig
 
 DATA = torch.randint(0, 11, (600,), generator=torch.Generator().manual_seed(0))
 
@@ -17,7 +18,14 @@ def _models(method, n, **options):
     for s in range(n):
         torch.manual_seed(s)
         out.append(
-            lm.PositionalLM(11, method, d_model=16, num_heads=2, num_layers=1, max_len=8, **options)
+            lm.PositionalLM(
+                TransformerConfig(
+                    d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu"
+                ),
+                11,
+                method,
+                **options,
+            )
         )
     return out
 
@@ -60,12 +68,20 @@ def test_train_lm_seeds_sees_each_models_gradient_and_refuses_bad_input():
 def test_token_scale_gives_the_original_balance():
     d = 64
     torch.manual_seed(0)
-    model = lm.PositionalLM(50, "sinusoidal", d_model=d, token_init_std=d**-0.5, token_scale=d**0.5)
+    model = lm.PositionalLM(
+        TransformerConfig(d_model=d, activation="gelu"),
+        50,
+        "sinusoidal",
+        token_init_std=d**-0.5,
+        token_scale=d**0.5,
+    )
     tokens = model.embed.weight.norm(dim=1).mean().item() * model.token_scale
     assert math.isclose(tokens, math.sqrt(d), rel_tol=0.1)  # about sqrt(D), table sqrt(D/2)
     ids = torch.randint(0, 50, (2, 5))
-    plain = lm.PositionalLM(50, "none", d_model=d, token_scale=2.0)
+    plain = lm.PositionalLM(
+        TransformerConfig(d_model=d, activation="gelu"), 50, "none", token_scale=2.0
+    )
     x = plain.embed(ids) * 2.0
     assert torch.allclose(plain.head(plain.blocks(x, is_causal=True)), plain(ids))
     with pytest.raises(ValueError, match="token_init_std and token_scale must be > 0"):
-        lm.PositionalLM(50, "none", token_scale=0.0)
+        lm.PositionalLM(TransformerConfig(activation="gelu"), 50, "none", token_scale=0.0)

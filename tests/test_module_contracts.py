@@ -56,6 +56,7 @@ from course_lib import (
     vit,
 )
 from course_lib import transformer as tf
+from course_lib.config import TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("seed_and_one_thread")
 
@@ -63,6 +64,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64]
 P = 0.5  # the dropout rate of every module that takes one
 D, HEADS, FF = 8, 2, 16  # model width, heads (head width 4), feed-forward width
+#: the Transformer models' trunk: one block, every dropout at P
+CFG = TransformerConfig(d_model=D, num_heads=HEADS, num_layers=1, d_ff=FF, dropout=P, max_len=16)
+#: Chapter 8's language model: GELU, d_ff = 4 D, no dropout
+LM_CFG = CFG.replace(d_ff=4 * D, dropout=0.0, activation="gelu")
 
 
 # ---------------------------------------------------------------------------
@@ -130,10 +135,7 @@ def _adapter(base: nn.Linear, bottleneck: int) -> gpt.BottleneckAdapter:
 
 
 def _patch_forecaster(n_exog: int) -> tuple[nn.Module, tuple]:
-    model = timeseries.PatchForecaster(
-        16, 4, patch_len=4, stride=4, d_model=D, num_heads=HEADS, num_layers=1, d_ff=FF,
-        dropout=P, n_exog=n_exog,
-    )  # fmt: skip
+    model = timeseries.PatchForecaster(CFG, 16, 4, patch_len=4, stride=4, n_exog=n_exog)
     x = _x(2, 16, 3) + 5.0
     return model, (x,) if not n_exog else (x, _x(2, 20, n_exog))
 
@@ -155,28 +157,28 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
         blocks.DecoderBlock(D, HEADS, FF, P, norm_first=True),
         (_x(2, 5, D), _x(2, 4, D)),
     ),
-    "Encoder": lambda: (tf.Encoder(2, D, HEADS, FF, P, norm_first=True), (_x(2, 5, D),)),
-    "Decoder": lambda: (tf.Decoder(2, D, HEADS, FF, P), (_x(2, 5, D), _x(2, 4, D))),
-    "EncoderDecoder": lambda: (
-        tf.EncoderDecoder(6, D, HEADS, 1, FF, P, max_len=16),
-        (_ids(6, 2, 5), _ids(7, 2, 4)),
+    "Encoder": lambda: (tf.Encoder(CFG.replace(num_layers=2)), (_x(2, 5, D),)),
+    "Decoder": lambda: (
+        tf.Decoder(CFG.replace(num_layers=2, norm_first=False)),
+        (_x(2, 5, D), _x(2, 4, D)),
     ),
-    "EncoderOnly": lambda: (
-        tf.EncoderOnly(11, 3, D, HEADS, 1, FF, P, max_len=16),
-        (_ids(11, 2, 6),),
-    ),
-    "DecoderOnly": lambda: (tf.DecoderOnly(11, D, HEADS, 1, FF, P, max_len=16), (_ids(11, 2, 6),)),
+    "EncoderDecoder": lambda: (tf.EncoderDecoder(CFG, 6), (_ids(6, 2, 5), _ids(7, 2, 4))),
+    "EncoderOnly": lambda: (tf.EncoderOnly(CFG, 11, 3), (_ids(11, 2, 6),)),
+    "DecoderOnly": lambda: (tf.DecoderOnly(CFG, 11), (_ids(11, 2, 6),)),
     # BERT, GPT, ViT
     "BertEncoder": lambda: (bert.BertEncoder(BERT_CFG), (_ids(20, 2, 6),)),
     "MaskedLM": lambda: (bert.MaskedLM(BERT_CFG), (_ids(20, 2, 6),)),
     "Classifier": lambda: (bert.Classifier(bert.BertEncoder(BERT_CFG), 3, P), (_ids(20, 2, 6),)),
-    "GPT": lambda: (gpt.GPT(11, D, HEADS, 1, dropout=P, max_len=16), (_ids(11, 2, 6),)),
+    "GPT": lambda: (
+        gpt.GPT(CFG.replace(d_ff=4 * D, activation="gelu"), 11),
+        (_ids(11, 2, 6),),
+    ),
     "LoRALinear": lambda: (gpt.LoRALinear(nn.Linear(4, 5), r=2), (_x(3, 4),)),
     "SliceLoRA": lambda: (gpt.SliceLoRA(_x(12, 4), r=2), (_x(12, 4),)),
     "BottleneckAdapter": lambda: (_adapter(nn.Linear(4, 5), 2), (_x(3, 4),)),
     "PatchEmbedding": lambda: (vit.PatchEmbedding(1, D, 2), (_x(2, 1, 4, 4),)),
     "ViT": lambda: (
-        vit.ViT(4, 2, 3, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF, dropout=P),
+        vit.ViT(CFG.replace(activation="gelu", eps=1e-6), 4, 2, 3),
         (_x(2, 1, 4, 4),),
     ),
     "ConvNet": lambda: (convnet.ConvNet(4, 3, width=2), (_x(2, 1, 4, 4),)),
@@ -188,7 +190,7 @@ BUILD: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "ALiBi": lambda: _with_hook(position_hooks.ALiBi(HEADS)),
     "RoPE": lambda: _with_hook(position_hooks.RoPE(D // HEADS)),
     "PositionalLM": lambda: (
-        lm.PositionalLM(11, "shaw", d_model=D, num_heads=HEADS, num_layers=1, max_len=16),
+        lm.PositionalLM(LM_CFG, 11, "shaw"),
         (_ids(11, 2, 6),),
     ),
     # recurrent layers and seq2seq (Chapters 1-2)
@@ -496,7 +498,7 @@ class _FloatDtypes:
 VARIANTS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     f"PositionalLM-{kind}": (
         lambda kind=kind: (
-            lm.PositionalLM(11, kind, d_model=D, num_heads=HEADS, num_layers=1, max_len=16),
+            lm.PositionalLM(LM_CFG, 11, kind),
             (_ids(11, 2, 6),),
         )
     )

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from course_lib.attention import record_attention
+from course_lib.config import TransformerConfig
 from course_lib.forecasting import (
     DLinear,
     NLinear,
@@ -31,6 +32,9 @@ from course_lib.timeseries import (
     num_patches,
     patchify,
 )
+
+#: the forecaster's trunk in these tests (pre-norm, ReLU)
+SMALL = TransformerConfig(d_model=16, num_heads=2, d_ff=64)
 
 
 @pytest.mark.parametrize(("length", "p", "s"), [(64, 16, 8), (65, 16, 8), (30, 5, 5), (10, 10, 3)])
@@ -87,7 +91,7 @@ def test_calendar_features():
 
 def test_forecaster_shapes_channel_independence_and_errors():
     torch.manual_seed(0)
-    model = PatchForecaster(48, 12, patch_len=8, stride=4, d_model=16, num_heads=2).eval()
+    model = PatchForecaster(SMALL, 48, 12, patch_len=8, stride=4).eval()
     x = torch.randn(3, 48, 4) * 5 + 100
     y = model(x)
     assert y.shape == (3, 12, 4)
@@ -96,7 +100,7 @@ def test_forecaster_shapes_channel_independence_and_errors():
     assert torch.allclose(model(x * 2 + 3), y * 2 + 3, atol=1e-3)  # RevIN: scale and shift out
     with pytest.raises(ValueError, match="T_in=48"):
         model(torch.randn(3, 40, 1))
-    exo = PatchForecaster(48, 12, patch_len=8, stride=4, d_model=16, num_heads=2, n_exog=3)
+    exo = PatchForecaster(SMALL, 48, 12, patch_len=8, stride=4, n_exog=3)
     assert exo(x, torch.randn(3, 60, 3)).shape == (3, 12, 4)
     with pytest.raises(ValueError, match=r"exog must be \[B=3, T_in \+ T_out=60, C_x=3\]"):
         exo(x, torch.randn(3, 48, 3))
@@ -110,7 +114,7 @@ def test_forecaster_shapes_channel_independence_and_errors():
 
 def test_exogenous_covariates_change_the_forecast():
     torch.manual_seed(0)
-    exo = PatchForecaster(48, 12, patch_len=8, stride=4, d_model=16, num_heads=2, n_exog=1).eval()
+    exo = PatchForecaster(SMALL, 48, 12, patch_len=8, stride=4, n_exog=1).eval()
     x, e = torch.randn(2, 48, 1), torch.zeros(2, 60, 1)
     e2 = e.clone()
     e2[:, 55] = 1.0  # an event in the horizon
@@ -230,8 +234,8 @@ def test_relative_time_bias_matches_a_loop_and_is_translation_invariant():
 
 def test_concat_control_reads_the_covariates_without_cross_attention():
     torch.manual_seed(0)
-    kw = dict(patch_len=8, stride=4, d_model=16, num_heads=2, n_exog=2)
-    cat = PatchForecaster(48, 12, exog_mode="concat", **kw).eval()
+    kw = dict(patch_len=8, stride=4, n_exog=2)
+    cat = PatchForecaster(SMALL, 48, 12, exog_mode="concat", **kw).eval()
     assert not any("cross_attn" in name for name, _ in cat.named_modules())
     assert cat.head.in_features == cat.n_patches * 16 + 60 * 2
     x, e = torch.randn(3, 48, 2), torch.randn(3, 60, 2)
@@ -243,14 +247,15 @@ def test_concat_control_reads_the_covariates_without_cross_attention():
     std = x.std(dim=1, unbiased=False) + cat.revin.eps  # RevIN's scale   [B, C]
     assert torch.allclose(delta, w[None, :, None] * std[:, None, :], atol=1e-5)
     with pytest.raises(ValueError, match="exog_mode must be 'cross'.*'horizon'"):
-        PatchForecaster(48, 12, exog_mode="add", **kw)
+        PatchForecaster(SMALL, 48, 12, exog_mode="add", **kw)
 
 
 def test_horizon_queries_match_their_equation():
     """Eq. (10.9): the plain encoder and head, plus one query per future step."""
     torch.manual_seed(0)
-    kw = dict(patch_len=8, stride=4, d_model=16, num_heads=2, num_layers=1, d_ff=32, n_exog=2)
-    model = PatchForecaster(48, 12, exog_mode="horizon", **kw).double().eval()
+    kw = dict(patch_len=8, stride=4, n_exog=2)
+    config = SMALL.replace(num_layers=1, d_ff=32)
+    model = PatchForecaster(config, 48, 12, exog_mode="horizon", **kw).double().eval()
     nn.init.normal_(model.queries, std=0.3)  # e_h starts at zero: make it do something
     x = torch.randn(3, 48, 2, dtype=torch.float64) * 4 + 50
     e = torch.randn(3, 60, 2, dtype=torch.float64)
@@ -274,7 +279,7 @@ def test_horizon_queries_match_their_equation():
     e2[:, 55] += 1.0  # a covariate inside the horizon moves the forecast
     assert not torch.allclose(model(x, e2), out)
     with pytest.raises(ValueError, match="horizon_layers >= 1"):
-        PatchForecaster(48, 12, exog_mode="horizon", horizon_layers=0, **kw)
+        PatchForecaster(config, 48, 12, exog_mode="horizon", horizon_layers=0, **kw)
 
 
 def test_horizon_query_can_find_its_own_step():
@@ -282,8 +287,9 @@ def test_horizon_query_can_find_its_own_step():
     own step: with W_Q = W_K = identity (scaled) and no layer norm before the
     cross-attention, query h's largest weight among the covariate keys is on T_in + h."""
     torch.manual_seed(0)
-    kw = dict(patch_len=8, stride=4, d_model=32, num_heads=1, num_layers=1, d_ff=32, n_exog=1)
-    model = PatchForecaster(48, 12, exog_mode="horizon", **kw).eval()
+    config = TransformerConfig(d_model=32, num_heads=1, num_layers=1, d_ff=32)
+    model = PatchForecaster(config, 48, 12, patch_len=8, stride=4, n_exog=1, exog_mode="horizon")
+    model = model.eval()
     block = model.horizon_decoder.layers[0]
     block.norm2 = nn.Identity()
     with torch.no_grad():

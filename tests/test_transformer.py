@@ -15,6 +15,7 @@ from torch import nn
 
 from course_lib.attention import record_attention
 from course_lib.blocks import from_torch_state_dict
+from course_lib.config import TransformerConfig
 from course_lib.masks import causal_mask, padding_mask, to_torch_mask
 from course_lib.seq2seq import evaluate, make_batch, seq2seq_loss
 from course_lib.training import train
@@ -39,8 +40,9 @@ def test_stacks_match_torch_transformer(norm_first):
     ).eval()
     _randomise_norms(ref)
     # nn.Transformer ends both stacks with a LayerNorm, for either placement
-    enc = Encoder(2, D, H, FF, norm_first=norm_first, final_norm=True).eval()
-    dec = Decoder(2, D, H, FF, norm_first=norm_first, final_norm=True).eval()
+    config = TransformerConfig(d_model=D, num_heads=H, num_layers=2, d_ff=FF, norm_first=norm_first)
+    enc = Encoder(config, final_norm=True).eval()
+    dec = Decoder(config, final_norm=True).eval()
     enc.load_state_dict(from_torch_state_dict(ref.encoder.state_dict()))
     dec.load_state_dict(from_torch_state_dict(ref.decoder.state_dict()))
     src, tgt = torch.randn(2, 7, D), torch.randn(2, 5, D)
@@ -65,7 +67,8 @@ def test_decoder_only_is_causal_and_encoder_only_is_not():
     tokens = torch.randint(0, 10, (2, 6))
     changed = tokens.clone()
     changed[:, 4] = (changed[:, 4] + 1) % 10  # change a late token
-    gpt, bert = DecoderOnly(10).eval(), EncoderOnly(10, 10).eval()
+    config = TransformerConfig()
+    gpt, bert = DecoderOnly(config, 10).eval(), EncoderOnly(config, 10, 10).eval()
     with torch.no_grad():
         a, b = gpt(tokens), gpt(changed)
         assert _close(a[:, :4], b[:, :4]) and not _close(a[:, 4:], b[:, 4:])
@@ -74,13 +77,14 @@ def test_decoder_only_is_causal_and_encoder_only_is_not():
 
 
 def test_encoder_only_and_decoder_only_have_the_same_parameters():
-    gpt, bert = DecoderOnly(50, 32, 4, 3, 64), EncoderOnly(50, 50, 32, 4, 3, 64)
+    config = TransformerConfig(d_model=32, num_heads=4, num_layers=3, d_ff=64)
+    gpt, bert = DecoderOnly(config, 50), EncoderOnly(config, 50, 50)
     shapes = {k.replace("blocks.", ""): v.shape for k, v in gpt.state_dict().items()}
     assert shapes == {k.replace("blocks.", ""): v.shape for k, v in bert.state_dict().items()}
 
 
 def test_decoder_only_generate_and_length_limit():
-    gpt = DecoderOnly(10, max_len=8).eval()
+    gpt = DecoderOnly(TransformerConfig(max_len=8), 10).eval()
     out = gpt.generate(torch.randint(0, 10, (2, 3)), 7)
     assert out.shape == (2, 10)
     with pytest.raises(
@@ -92,7 +96,7 @@ def test_decoder_only_generate_and_length_limit():
 
 
 def test_encoder_decoder_greedy_decoding_and_causality():
-    model = EncoderDecoder(6, 16, 2, 2, 32).eval()
+    model = EncoderDecoder(TransformerConfig(d_model=16, num_heads=2, d_ff=32), 6).eval()
     b = make_batch(4, 5, 6, generator=torch.Generator().manual_seed(0))
     pred = model.greedy_decode(b.src, 5)
     assert pred.shape == (4, 5)
@@ -112,7 +116,7 @@ def test_encoder_decoder_greedy_decoding_and_causality():
 
 
 def test_encoder_decoder_learns_to_reverse():
-    model = EncoderDecoder(5, 32, 2, 1, 64)
+    model = EncoderDecoder(TransformerConfig(d_model=32, num_heads=2, num_layers=1, d_ff=64), 5)
     gen = torch.Generator().manual_seed(0)
     train(
         model,

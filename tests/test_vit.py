@@ -5,8 +5,13 @@ import torch
 from transformers import ViTConfig, ViTModel
 
 from course_lib import vit
+from course_lib.config import TransformerConfig
 
 D, LAYERS, HEADS, FF, IMG, P = 16, 2, 2, 32, 8, 2
+#: ViT's trunk: pre-norm, GELU, the original code's layer-norm epsilon
+CFG = TransformerConfig(
+    d_model=D, num_heads=HEADS, num_layers=LAYERS, d_ff=FF, activation="gelu", eps=1e-6
+)
 
 
 def copy_from_hf(model: vit.ViT, hf: ViTModel) -> None:
@@ -55,16 +60,7 @@ def pair():
     with torch.no_grad():  # every weight random and large (no zero CLS token, bias or unit
         for param in hf.parameters():  # norm gain), so that every part of a block shows
             param.normal_(std=0.5)
-    model = vit.ViT(
-        IMG,
-        P,
-        10,
-        d_model=D,
-        num_layers=LAYERS,
-        num_heads=HEADS,
-        d_ff=FF,
-        eps=config.layer_norm_eps,
-    )
+    model = vit.ViT(CFG.replace(eps=config.layer_norm_eps), IMG, P, 10)
     model = model.double().eval()
     copy_from_hf(model, hf)
     return model, hf
@@ -138,7 +134,7 @@ def test_patch_shuffle():
     shuffled = vit.permute_patches(images, perm, 2)
     assert torch.equal(vit.patchify(shuffled, 2), vit.patchify(images, 2)[:, perm])
     assert torch.equal(vit.permute_patches(shuffled, perm.argsort(), 2), images)
-    model = vit.ViT(IMG, P, 10, d_model=D, num_layers=2, num_heads=HEADS, d_ff=FF).double().eval()
+    model = vit.ViT(CFG, IMG, P, 10).double().eval()
     with torch.no_grad():  # positions large enough to matter
         model.pos_embed.normal_(std=1.0)
     x = torch.rand(3, 1, IMG, IMG, dtype=torch.float64)
@@ -156,7 +152,7 @@ def test_patch_shuffle():
 
 
 def test_errors():
-    model = vit.ViT(IMG, P, 10, d_model=D, num_layers=1, num_heads=HEADS, d_ff=FF)
+    model = vit.ViT(CFG.replace(num_layers=1), IMG, P, 10)
     with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\]"):
         model(torch.rand(2, 1, 6, 6))
     with pytest.raises(ValueError, match=r"images must be \[B, C=1, height, width\]"):
@@ -164,9 +160,9 @@ def test_errors():
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         vit.patchify(torch.rand(1, 1, 7, 8), 2)
     with pytest.raises(ValueError, match="multiple of patch_size"):
-        vit.ViT(10, 3, 10)
+        vit.ViT(CFG, 10, 3, 10)
     with pytest.raises(ValueError, match="patch_size must be a positive int, got 0"):
-        vit.ViT(8, 0, 10)
+        vit.ViT(CFG, 8, 0, 10)
     with pytest.raises(
         ValueError, match=r"patchify: images must be \[B, C, height, width\], got \[8, 8\]"
     ):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from course_lib.config import TransformerConfig
 from course_lib.grading.expect import expect_number
 from course_lib.grading.registry import test
 from course_lib.transformer import DecoderOnly
@@ -53,9 +54,10 @@ def decoder_block_matches_torch(decoder_block_parameters):
 def decoder_only_model_matches_the_library(decoder_only_parameters):
     """counts the parameters of course_lib.transformer.DecoderOnly"""
     for vocab, max_len, d, d_ff, layers in ((10, 8, 8, 16, 1), (50, 32, 16, 64, 3)):
-        model = DecoderOnly(
-            vocab, d_model=d, num_heads=2, num_layers=layers, d_ff=d_ff, max_len=max_len
+        config = TransformerConfig(
+            d_model=d, num_heads=2, num_layers=layers, d_ff=d_ff, max_len=max_len
         )
+        model = DecoderOnly(config, vocab)
         expect_number(
             "the count",
             decoder_only_parameters(vocab, max_len, d, d_ff, layers),
