@@ -1,10 +1,10 @@
 """Record a run longer than a chapter's budget (see ``course_lib.long_runs``).
 
-    python tools/long_run.py ch10_exo
+    python tools/long_run.py ch10_exo_1000
 
-runs the chapter named in ``course_lib.long_runs.LONG_RUNS`` with its
-budget under each of its seeds (one CPU thread each, ``--jobs`` at a time,
-through ``course_lib.sweep``) and writes what the chapter records to
+runs the chapter named in ``course_lib.long_runs.LONG_RUNS``, up to the last
+cell of its experiment, with its budget under each of its seeds (one CPU
+thread each, ``--jobs`` at a time, through ``course_lib.sweep``) and writes what the chapter records to
 ``course_lib/recorded/<name>.json``, with the date, the machine and a hash of
 the cells that define the experiment. Commit the file: the chapter reads it.
 """
@@ -16,6 +16,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from course_lib.long_runs import LONG_RUNS, cells_hash
@@ -24,7 +25,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "course_lib" / "recorded"
 
 
-def _record(name: str, jobs: int | None, sweep_out: Path | None = None) -> Path:
+def _experiment(spec: dict, folder: Path) -> Path:
+    """The notebook up to its last experiment cell (what follows, such as a cell that
+    reads this very record, is not part of the run), written into ``folder``."""
+    nb = json.loads((ROOT / spec["notebook"]).read_text())
+    last = max(i for i, c in enumerate(nb["cells"]) if c.get("id") in spec["cells"])
+    nb["cells"] = nb["cells"][: last + 1]
+    path = folder / Path(spec["notebook"]).name
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def _record(name: str, jobs: int | None) -> Path:
     from course_lib.runtime import describe_hardware
     from course_lib.sweep import sweep
 
@@ -32,13 +44,9 @@ def _record(name: str, jobs: int | None, sweep_out: Path | None = None) -> Path:
     before = cells_hash(spec["notebook"], spec["cells"])  # the cells the runs will execute
     os.environ.update(spec["env"])
     start = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rows = sweep([ROOT / spec["notebook"]], spec["seeds"], [1], jobs=jobs, timeout=3600)
-    if cells_hash(spec["notebook"], spec["cells"]) != before:
-        raise SystemExit(f"long run {name}: the cells changed while it ran; run it again")
-    if sweep_out:  # the same runs, as rows of the any-seed record (book/sweep.json)
-        from course_lib.sweep import _merge
-
-        _merge(sweep_out, rows, describe_hardware())
+    with tempfile.TemporaryDirectory() as tmp:
+        notebook = _experiment(spec, Path(tmp))
+        rows = sweep([notebook], spec["seeds"], [1], jobs=jobs, timeout=3600)
     return _write(name, rows, start=start, hardware=describe_hardware(), cells_sha256=before)
 
 
@@ -83,14 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("name", choices=sorted(LONG_RUNS))
     parser.add_argument("--jobs", type=int, default=None, help="CPU cores to use (default: all)")
-    parser.add_argument(
-        "--sweep-out",
-        type=Path,
-        default=None,
-        help="also add the runs to this any-seed record (e.g. book/sweep.json)",
-    )
     args = parser.parse_args(argv)
-    out = _record(args.name, args.jobs, args.sweep_out)
+    out = _record(args.name, args.jobs)
     print(f"recorded: {out}", file=sys.stderr)
     return 0
 
