@@ -77,3 +77,14 @@ def test_write_refuses_a_failed_or_incomplete_sweep(tmp_path, monkeypatch):
 def test_load_names_the_fix():
     with pytest.raises(KeyError, match="no long run named"):
         long_runs.load("ch99")
+
+
+def test_the_run_stops_at_the_experiments_last_cell(tmp_path, monkeypatch):
+    """The recorded run executes the notebook up to its last experiment cell, not the cell
+    that reads the record (which does not exist yet while it is being made)."""
+    cells = [{"id": i, "cell_type": "code", "source": [f"x = '{i}'"]} for i in "abcd"]
+    (tmp_path / "n.ipynb").write_text(json.dumps({"cells": cells}))
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    (tmp_path / "copy").mkdir()
+    out = tool._experiment({"notebook": "n.ipynb", "cells": ["b", "a"]}, tmp_path / "copy")
+    assert [c["id"] for c in json.loads(out.read_text())["cells"]] == ["a", "b"]
