@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-from course_lib.attention import scaled_dot_product_attention
+from course_lib.attention import _check_qkv, scaled_dot_product_attention
 from course_lib.masks import to_additive_mask
 from course_lib.positional import _even, _frequency_args, sinusoidal_frequencies
 from course_lib.shapes import expect_positive, fmt_shape
@@ -113,6 +113,32 @@ def shaw_value_term(weights: Tensor, rel_v: Tensor) -> Tensor:
     return per_row @ rel_v  #                                                  [..., T, dv]
 
 
+def _check_shaw(
+    where: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rel_k: Tensor,
+    rel_v: Tensor | None,
+    mask: Tensor | None,
+) -> None:
+    """Raise unless the arguments of :func:`shaw_attention` have the shapes it documents."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(
+            f"{where}: q, k, v must be [..., T, d], got {fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}"
+        )
+    d = q.shape[-1]
+    if rel_k.dim() != 2 or rel_k.shape[0] % 2 == 0 or rel_k.shape[1] != d:
+        raise ValueError(
+            f"{where}: rel_k must be [2K+1, d={d}] (an odd number of rows), got {fmt_shape(rel_k.shape)}"
+        )
+    if rel_v is not None and (rel_v.dim() != 2 or rel_v.shape != (rel_k.shape[0], v.shape[-1])):
+        raise ValueError(
+            f"{where}: rel_v must be [2K+1={rel_k.shape[0]}, dv={v.shape[-1]}], got {fmt_shape(rel_v.shape)}"
+        )
+    _check_qkv(where, q, k, v, mask)
+
+
 def shaw_attention(
     q: Tensor,
     k: Tensor,
@@ -141,25 +167,12 @@ def shaw_attention(
     :class:`course_lib.position_hooks.ShawPositions` hands the same two to
     :class:`course_lib.attention.MultiHeadAttention`.
     """
-    where = "shaw_attention"
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(
-            f"{where}: q, k, v must be [..., T, d], got {fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}"
-        )
-    d = q.shape[-1]
-    if rel_k.dim() != 2 or rel_k.shape[0] % 2 == 0 or rel_k.shape[1] != d:
-        raise ValueError(
-            f"{where}: rel_k must be [2K+1, d={d}] (an odd number of rows), got {fmt_shape(rel_k.shape)}"
-        )
-    if rel_v is not None and (rel_v.dim() != 2 or rel_v.shape != (rel_k.shape[0], v.shape[-1])):
-        raise ValueError(
-            f"{where}: rel_v must be [2K+1={rel_k.shape[0]}, dv={v.shape[-1]}], got {fmt_shape(rel_v.shape)}"
-        )
+    _check_shaw("shaw_attention", q, k, v, rel_k, rel_v, mask)
     bias = shaw_key_bias(q, rel_k, k.shape[-2])  # (8.1): the relative half of e_ij
     if mask is not None:
         bias = bias + to_additive_mask(mask, q.dtype)  # M_ij: 0 or -inf, or any additive bias
     # (8.1)-(8.2) content part: softmax(q k^T / sqrt(d) + bias) v
-    y, w = scaled_dot_product_attention(q, k, v, bias, return_weights=True)
+    y, w = scaled_dot_product_attention(q, k, v, bias, return_weights=True, check=False)
     if rel_v is not None:
         y = y + shaw_value_term(w, rel_v)  # (8.2)                              [..., T, dv]
     return (y, w) if return_weights else y

@@ -31,6 +31,8 @@ from course_lib.attention import (
 )
 from course_lib.masks import (
     causal_mask,
+    check_mask,
+    masked_softmax,
     padding_mask,
     to_additive_mask,
     to_torch_mask,
@@ -159,6 +161,43 @@ def test_sdpa_errors_name_the_expected_shapes():
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.long))
     with pytest.raises(ValueError, match=r"query must be a tensor \[\.\.\., T, d\]"):
         scaled_dot_product_attention(torch.randn(3), k, v)
+
+
+def test_each_mask_is_checked_once_per_call(monkeypatch):
+    """The entry point checks a mask; what it calls inside (SDPA, masked_softmax) does not
+    check it again. A public function called directly still checks it, once."""
+    import course_lib.attention
+    import course_lib.masks
+    from course_lib.relative import shaw_attention
+
+    calls = []
+
+    def counting(where, *args, **kwargs):
+        calls.append(where)
+        return check_mask(where, *args, **kwargs)
+
+    for module in (course_lib.attention, course_lib.masks):
+        monkeypatch.setattr(module, "check_mask", counting)
+    mha = MultiHeadAttention(8, 2)
+    x, causal = torch.randn(2, 5, 8), causal_mask(5)
+    q = torch.randn(2, 2, 5, 4)
+    runs = {
+        "teaching path": lambda: mha(x, mask=causal, need_weights=True),
+        "fused path": lambda: mha(x, mask=causal),
+        "sdpa": lambda: scaled_dot_product_attention(q, q, q, causal),
+        "masked_softmax": lambda: masked_softmax(torch.randn(5, 5), causal),
+        "shaw": lambda: shaw_attention(q, q, q, torch.randn(3, 4), mask=causal),
+    }
+    for name, run in runs.items():
+        calls.clear()
+        run()
+        assert len(calls) == 1, (name, calls)  # was 3 on the teaching path, 2 in sdpa and shaw
+    calls.clear()
+    padding = torch.ones(2, 5, dtype=torch.bool)
+    mha(x, mask=causal, key_padding_mask=padding, need_weights=True)
+    assert calls == ["MultiHeadAttention"] * 2  # each of the two masks once
+    with pytest.raises(ValueError, match="MultiHeadAttention: key_padding_mask must be boolean"):
+        mha(x, key_padding_mask=padding.long(), need_weights=True)
 
 
 # ---------------------------------------------------------------------------

@@ -256,6 +256,18 @@ def test_shaw_indices_clip():
     assert idx[0].tolist() == [2, 3, 4, 4, 4, 4]
 
 
+def test_shaw_errors_name_shaw_attention():
+    """Its arguments are checked once, by shaw_attention itself, not by the attention it calls."""
+    q, k = torch.zeros(1, 3, 4), torch.zeros(1, 5, 4)
+    rel = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match=r"^shaw_attention: value must be \[\.\.\., S=5, d_v\]"):
+        R.shaw_attention(q, k, torch.zeros(1, 4, 4), rel)
+    with pytest.raises(ValueError, match=r"^shaw_attention: mask of shape \[3, 4\] does not"):
+        R.shaw_attention(q, k, k, rel, mask=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="^shaw_attention: mask must be boolean"):
+        R.shaw_attention(q, k, k, rel, mask=torch.ones(3, 5, dtype=torch.long))
+
+
 # ---------------------------------------------------------------------------
 # Chapter 8: RoPE position interpolation, eq. (8.9)
 # ---------------------------------------------------------------------------
