@@ -178,6 +178,24 @@ def shaw_attention(
     return (y, w) if return_weights else y
 
 
+def _check_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """Raise unless :func:`t5_relative_position_bucket` can split ``num_buckets`` into exact and
+    log-spaced buckets up to ``max_distance``."""
+    expect_positive(
+        "t5_relative_position_bucket", num_buckets=num_buckets, max_distance=max_distance
+    )
+    if bidirectional and num_buckets % 2:
+        raise ValueError(
+            f"t5_relative_position_bucket: bidirectional needs an even num_buckets, got {num_buckets}"
+        )
+    n_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+    if n_exact < 1 or max_distance <= n_exact:
+        raise ValueError(
+            f"t5_relative_position_bucket: need num_buckets >= {4 if bidirectional else 2} and "
+            f"max_distance > {n_exact}, got num_buckets={num_buckets}, max_distance={max_distance}"
+        )
+
+
 def t5_relative_position_bucket(
     relative_position: Tensor,
     bidirectional: bool = True,
@@ -199,15 +217,9 @@ def t5_relative_position_bucket(
     Returns int64, same shape as ``relative_position``.  The logarithm is taken
     in float32, as in T5's reference implementation.
     """
-    expect_positive(
-        "t5_relative_position_bucket", num_buckets=num_buckets, max_distance=max_distance
-    )
+    _check_buckets(num_buckets, max_distance, bidirectional)
     rel = relative_position.long()
     if bidirectional:
-        if num_buckets % 2:
-            raise ValueError(
-                f"t5_relative_position_bucket: bidirectional needs an even num_buckets, got {num_buckets}"
-            )
         nb = num_buckets // 2
         offset = (rel > 0).long() * nb  # future keys: upper half
         n = rel.abs()
@@ -216,11 +228,6 @@ def t5_relative_position_bucket(
         offset = torch.zeros_like(rel)
         n = (-rel).clamp(min=0)  # distance into the past; the future collapses to 0
     n_exact = nb // 2
-    if n_exact < 1 or max_distance <= n_exact:
-        raise ValueError(
-            f"t5_relative_position_bucket: need num_buckets >= {4 if bidirectional else 2} and "
-            f"max_distance > {n_exact}, got num_buckets={num_buckets}, max_distance={max_distance}"
-        )
     # log-spaced buckets for n >= n_exact (float32, as T5's code; n = 0 is masked below)
     ratio = torch.log(n.float().clamp(min=1) / n_exact) / math.log(max_distance / n_exact)
     far = (n_exact + (ratio * (nb - n_exact)).long()).clamp(max=nb - 1)
@@ -348,6 +355,18 @@ def rotate_interleaved(x: Tensor) -> Tensor:
     return torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
 
 
+def _check_rope(x: Tensor, cos: Tensor, sin: Tensor, convention: str) -> None:
+    """Raise unless ``x`` is [..., T, d] with d even, ``cos`` and ``sin`` [T, d], and ``convention`` known."""
+    _convention("apply_rope", convention)
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"apply_rope: x must be [..., T, d] with d even, got {fmt_shape(x.shape)}")
+    if cos.shape != x.shape[-2:] or sin.shape != x.shape[-2:]:
+        raise ValueError(
+            f"apply_rope: cos and sin must be [T, d] = {fmt_shape(x.shape[-2:])}, "
+            f"got {fmt_shape(cos.shape)} and {fmt_shape(sin.shape)}"
+        )
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, convention: str = "half") -> Tensor:
     """Rotate queries or keys by their position, Chapter 8, eq. (8.7).
 
@@ -361,14 +380,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, convention: str = "half")
     every norm, and eq. (8.8) follows: ``<R_m q, R_n k> = <q, R_(n-m) k>``
     depends on the positions only through ``n - m``.
     """
-    _convention("apply_rope", convention)
-    if x.dim() < 2 or x.shape[-1] % 2:
-        raise ValueError(f"apply_rope: x must be [..., T, d] with d even, got {fmt_shape(x.shape)}")
-    if cos.shape != x.shape[-2:] or sin.shape != x.shape[-2:]:
-        raise ValueError(
-            f"apply_rope: cos and sin must be [T, d] = {fmt_shape(x.shape[-2:])}, "
-            f"got {fmt_shape(cos.shape)} and {fmt_shape(sin.shape)}"
-        )
+    _check_rope(x, cos, sin, convention)
     rotate = rotate_half if convention == "half" else rotate_interleaved
     return x * cos + rotate(x) * sin  # (8.7)
 
