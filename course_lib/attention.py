@@ -222,11 +222,8 @@ class LuongAttention(nn.Module):
 
 def _check_qkv(where: str, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
     """Raise unless ``query`` [..., T, d_k], ``key`` [..., S, d_k], ``value`` [..., S, d_v]
-    share their leading dims and ``mask`` (if any) broadcasts to the scores [..., T, S].
-
-    The leading dims vary ([B, h], [B], none), so the checks are written out; the
-    messages have :func:`course_lib.shapes.expect_shape`'s form, naming ``where``.
-    """
+    share their leading dims (which vary, hence no expect_shape; the messages have its form)
+    and ``mask`` (if any) broadcasts to the scores [..., T, S]."""
     for name, x, rows in (("query", query, "T"), ("key", key, "S"), ("value", value, "S")):
         if not isinstance(x, Tensor) or x.dim() < 2:
             shape = fmt_shape(getattr(x, "shape", ()))
@@ -271,7 +268,7 @@ def scaled_dot_product_attention(
 
     Returns the output [..., T, d_v], or ``(output, weights [..., T, S])`` when
     ``return_weights``.  A fully masked row gives zero weights and a zero output (3.6).
-    ``check=False`` skips the argument checks, for a caller that has made them.
+    ``check=False`` skips the argument checks (for a caller that has made them).
     """
     if check:  # False from a caller that has checked these already (MultiHeadAttention)
         _check_qkv("scaled_dot_product_attention", query, key, value, mask)
@@ -412,22 +409,10 @@ class MultiHeadAttention(nn.Module):
         self.record = False  # set by record_attention
         self.last_weights: Tensor | None = None
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[int, int, int]:
-        """Raise unless ``query`` is [B, T, D], ``key`` [B, S, D] and ``value`` [B, S, D]; return
-        ``(B, T, S)``."""
-        where, width = "MultiHeadAttention", self.embed_dim
-        expect_shape(where, "query", query, [("B", None), ("T", None), ("D", width)])
-        b, t = query.shape[:2]
-        expect_shape(where, "key", key, [("B", b), ("S", None), ("D", width)])
-        s = key.shape[1]
-        expect_shape(where, "value", value, [("B", b), ("S", s), ("D", width)])
-        return b, t, s
-
     def _merge_masks(
         self, mask: Tensor | None, key_padding_mask: Tensor | None, b: int, t: int, s: int
     ) -> Tensor | None:
-        """Check ``mask`` and ``key_padding_mask`` (the one check of the call) and merge them
-        into one mask broadcastable to [B, h, T, S]."""
+        """Check ``mask`` and ``key_padding_mask`` once and merge them: one mask [B, h, T, S]."""
         h = self.num_heads
         if mask is not None:
             if mask.dim() == 3:
@@ -453,8 +438,13 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         key = query if key is None else key
         value = key if value is None else value
-        h, d = self.num_heads, self.head_dim
-        b, t, s = self._check_inputs(query, key, value)  # B, T, S
+        width, h, d = self.embed_dim, self.num_heads, self.head_dim  # D, h, d
+        where = "MultiHeadAttention"
+        expect_shape(where, "query", query, [("B", None), ("T", None), ("D", width)])
+        b, t = query.shape[:2]
+        expect_shape(where, "key", key, [("B", b), ("S", None), ("D", width)])
+        s = key.shape[1]
+        expect_shape(where, "value", value, [("B", b), ("S", s), ("D", width)])
         w_q, w_k, w_v = self.in_proj_weight.chunk(3)  # each [D, D]
         b_q, b_k, b_v = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
 
@@ -474,7 +464,7 @@ class MultiHeadAttention(nn.Module):
         if need_weights or self.record or value_term:  # the teaching form, weights formed
             out, weights = scaled_dot_product_attention(  # (3.2), all heads  [B, h, T, d]
                 q, k, v, merged, is_causal=is_causal, dropout_p=dropout_p, return_weights=True,
-                check=False,  # checked once, by _check_inputs and _merge_masks
+                check=False,  # checked once: above, and the masks in _merge_masks
             )  # fmt: skip
         else:  # the same equation, PyTorch's fused kernel
             out, weights = _fused_attention(q, k, v, merged, is_causal, dropout_p), None
