@@ -220,33 +220,10 @@ class LuongAttention(nn.Module):
 # ---------------------------------------------------------------------------
 
 
-def scaled_dot_product_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None = None,
-    *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    return_weights: bool = False,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Scaled dot-product attention, Chapter 3, eq. (3.2).
-
-    ``Att(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V``
-
-    Shapes: ``query`` [..., T, d_k], ``key`` [..., S, d_k], ``value`` [..., S, d_v]
-    (leading dims equal, e.g. [B, h]).  ``mask``: bool (True = may attend) or additive,
-    broadcastable to the scores [..., T, S].  ``is_causal=True`` also applies
-    :func:`causal_mask` (3.4) (combined with ``mask`` if both are given).  ``scale``
-    defaults to ``1 / sqrt(d_k)``.  ``dropout_p`` drops weights (pass 0 in eval).
-
-    Returns the output [..., T, d_v], or ``(output, weights [..., T, S])`` when
-    ``return_weights``.  A fully masked row gives zero weights and a zero output (3.6).
-    """
-    where = "scaled_dot_product_attention"
-    # Leading dims vary ([B, h], [B], none), so these checks are written out; the
-    # messages have expect_shape's form.
+def _check_qkv(where: str, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
+    """Raise unless ``query`` [..., T, d_k], ``key`` [..., S, d_k], ``value`` [..., S, d_v]
+    share their leading dims (which vary, hence no expect_shape; the messages have its form)
+    and ``mask`` (if any) broadcasts to the scores [..., T, S]."""
     for name, x, rows in (("query", query, "T"), ("key", key, "S"), ("value", value, "S")):
         if not isinstance(x, Tensor) or x.dim() < 2:
             shape = fmt_shape(getattr(x, "shape", ()))
@@ -265,12 +242,43 @@ def scaled_dot_product_attention(
         )
     if mask is not None:
         check_mask(where, mask, torch.Size((*lead, t_len, s_len)))
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+    check: bool = True,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Scaled dot-product attention, Chapter 3, eq. (3.2).
+
+    ``Att(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V``
+
+    Shapes: ``query`` [..., T, d_k], ``key`` [..., S, d_k], ``value`` [..., S, d_v]
+    (leading dims equal, e.g. [B, h]).  ``mask``: bool (True = may attend) or additive,
+    broadcastable to the scores [..., T, S].  ``is_causal=True`` also applies
+    :func:`causal_mask` (3.4) (combined with ``mask`` if both are given).  ``scale``
+    defaults to ``1 / sqrt(d_k)``.  ``dropout_p`` drops weights (pass 0 in eval).
+
+    Returns the output [..., T, d_v], or ``(output, weights [..., T, S])`` when
+    ``return_weights``.  A fully masked row gives zero weights and a zero output (3.6).
+    ``check=False`` skips the argument checks (for a caller that has made them).
+    """
+    if check:  # False from a caller that has checked these already (MultiHeadAttention)
+        _check_qkv("scaled_dot_product_attention", query, key, value, mask)
+    t_len, d_k, s_len = query.shape[-2], query.shape[-1], key.shape[-2]
     if is_causal:  # (3.4), folded into the mask so the scores are masked in one pass
         mask = merge_masks(mask, causal_mask(t_len, s_len, device=query.device))
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     scores = query @ key.transpose(-2, -1)  # Q K^T                          [..., T, S]
     scores.mul_(scale)  # / sqrt(d_k), in place: no second [..., T, S] buffer
-    weights = masked_softmax(scores, mask)  # (3.3), (3.6)                     [..., T, S]
+    weights = masked_softmax(scores, mask, check=False)  # (3.3), (3.6)        [..., T, S]
     if dropout_p > 0.0:
         weights = F.dropout(weights, dropout_p)
     out = weights @ value  # (3.2)  softmax(...) V                             [..., T, d_v]
@@ -404,17 +412,17 @@ class MultiHeadAttention(nn.Module):
     def _merge_masks(
         self, mask: Tensor | None, key_padding_mask: Tensor | None, b: int, t: int, s: int
     ) -> Tensor | None:
-        """Merge ``mask`` and ``key_padding_mask`` into one mask broadcastable to [B, h, T, S]."""
+        """Check ``mask`` and ``key_padding_mask`` once and merge them: one mask [B, h, T, S]."""
         h = self.num_heads
         if mask is not None:
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # [B, T, S] -> [B, 1, T, S]
             check_mask("MultiHeadAttention", mask, torch.Size([b, h, t, s]))
         if key_padding_mask is not None:
-            expect_shape(
-                "MultiHeadAttention", "key_padding_mask", key_padding_mask, [("B", b), ("S", s)]
-            )
-            mask = merge_masks(mask, key_padding_mask[:, None, None, :])  # [B, 1, 1, S]
+            padding = key_padding_mask
+            expect_shape("MultiHeadAttention", "key_padding_mask", padding, [("B", b), ("S", s)])
+            check_mask("MultiHeadAttention", padding, torch.Size([b, s]), "key_padding_mask")
+            mask = merge_masks(mask, padding[:, None, None, :])  # [B, 1, 1, S]
         return mask
 
     def forward(
@@ -455,8 +463,9 @@ class MultiHeadAttention(nn.Module):
         value_term = self.position is not None and self.position.needs_weights
         if need_weights or self.record or value_term:  # the teaching form, weights formed
             out, weights = scaled_dot_product_attention(  # (3.2), all heads  [B, h, T, d]
-                q, k, v, merged, is_causal=is_causal, dropout_p=dropout_p, return_weights=True
-            )
+                q, k, v, merged, is_causal=is_causal, dropout_p=dropout_p, return_weights=True,
+                check=False,  # checked once: above, and the masks in _merge_masks
+            )  # fmt: skip
         else:  # the same equation, PyTorch's fused kernel
             out, weights = _fused_attention(q, k, v, merged, is_causal, dropout_p), None
         if value_term:

@@ -192,7 +192,7 @@ def _apply_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
     return scores + mask.to(scores.dtype)  # the weights keep the scores' dtype
 
 
-def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+def masked_softmax(scores: Tensor, mask: Tensor | None = None, *, check: bool = True) -> Tensor:
     """Softmax over the last axis with a mask, Chapter 3, eqs. (3.3) and (3.6).
 
     ``scores`` [..., T, S]; ``mask`` bool (True = may attend) or additive, broadcastable
@@ -204,9 +204,10 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     Memory: one [..., T, S] buffer is kept for the backward pass (the weights), as in
     PyTorch's own softmax.  The fix-up for fully masked rows costs nothing unless such
     a row exists: only then is the softmax recomputed on safe inputs (its gradient
-    would be NaN otherwise).
+    would be NaN otherwise).  ``check=False`` skips the mask's check, for a caller that
+    has made it.
     """
-    if mask is not None:
+    if check and mask is not None:
         check_mask("masked_softmax", mask, scores.shape)
     scores = _apply_mask(scores, mask)  # (3.3) s_ij + M_ij,  M_ij in {0, -inf}
     weights = torch.softmax(scores, dim=-1)  # e^s_ij / sum_j; an all -inf row gives NaN

@@ -116,6 +116,21 @@ def shift_matrix(
     return m.to(dtype)
 
 
+def _check_positions(max_len: int, length: int, offset: int) -> None:
+    """Raise unless a table of ``max_len`` rows has the rows ``offset .. offset + length - 1``."""
+    if length < 0 or offset < 0:
+        raise ValueError(
+            f"LearnedPositions: length and offset must be >= 0, got {length}, {offset}"
+        )
+    last = offset + length - 1
+    if last >= max_len:
+        raise ValueError(
+            f"LearnedPositions: position {last} has no row: the table was made with "
+            f"max_len={max_len} (positions 0..{max_len - 1}). A learned table "
+            "cannot be evaluated beyond the length it was built for (Chapter 7)."
+        )
+
+
 class LearnedPositions(nn.Module):
     """A learned absolute position table, Chapter 7, eq. (7.3): ``z_p = x_p + P[p]``.
 
@@ -133,17 +148,7 @@ class LearnedPositions(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)  # P  [max_len, d]
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
-        if length < 0 or offset < 0:
-            raise ValueError(
-                f"LearnedPositions: length and offset must be >= 0, got {length}, {offset}"
-            )
-        last = offset + length - 1
-        if last >= self.max_len:
-            raise ValueError(
-                f"LearnedPositions: position {last} has no row: the table was made with "
-                f"max_len={self.max_len} (positions 0..{self.max_len - 1}). A learned table "
-                "cannot be evaluated beyond the length it was built for (Chapter 7)."
-            )
+        _check_positions(self.max_len, length, offset)
         return self.weight[offset : offset + length]  # (7.3) P[p]              [length, d]
 
 

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-from course_lib.attention import scaled_dot_product_attention
+from course_lib.attention import _check_qkv, scaled_dot_product_attention
 from course_lib.masks import to_additive_mask
 from course_lib.positional import _even, _frequency_args, sinusoidal_frequencies
 from course_lib.shapes import expect_positive, fmt_shape
@@ -113,6 +113,32 @@ def shaw_value_term(weights: Tensor, rel_v: Tensor) -> Tensor:
     return per_row @ rel_v  #                                                  [..., T, dv]
 
 
+def _check_shaw(
+    where: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rel_k: Tensor,
+    rel_v: Tensor | None,
+    mask: Tensor | None,
+) -> None:
+    """Raise unless the arguments of :func:`shaw_attention` have the shapes it documents."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(
+            f"{where}: q, k, v must be [..., T, d], got {fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}"
+        )
+    d = q.shape[-1]
+    if rel_k.dim() != 2 or rel_k.shape[0] % 2 == 0 or rel_k.shape[1] != d:
+        raise ValueError(
+            f"{where}: rel_k must be [2K+1, d={d}] (an odd number of rows), got {fmt_shape(rel_k.shape)}"
+        )
+    if rel_v is not None and (rel_v.dim() != 2 or rel_v.shape != (rel_k.shape[0], v.shape[-1])):
+        raise ValueError(
+            f"{where}: rel_v must be [2K+1={rel_k.shape[0]}, dv={v.shape[-1]}], got {fmt_shape(rel_v.shape)}"
+        )
+    _check_qkv(where, q, k, v, mask)
+
+
 def shaw_attention(
     q: Tensor,
     k: Tensor,
@@ -141,28 +167,33 @@ def shaw_attention(
     :class:`course_lib.position_hooks.ShawPositions` hands the same two to
     :class:`course_lib.attention.MultiHeadAttention`.
     """
-    where = "shaw_attention"
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(
-            f"{where}: q, k, v must be [..., T, d], got {fmt_shape(q.shape)}, {fmt_shape(k.shape)}, {fmt_shape(v.shape)}"
-        )
-    d = q.shape[-1]
-    if rel_k.dim() != 2 or rel_k.shape[0] % 2 == 0 or rel_k.shape[1] != d:
-        raise ValueError(
-            f"{where}: rel_k must be [2K+1, d={d}] (an odd number of rows), got {fmt_shape(rel_k.shape)}"
-        )
-    if rel_v is not None and (rel_v.dim() != 2 or rel_v.shape != (rel_k.shape[0], v.shape[-1])):
-        raise ValueError(
-            f"{where}: rel_v must be [2K+1={rel_k.shape[0]}, dv={v.shape[-1]}], got {fmt_shape(rel_v.shape)}"
-        )
+    _check_shaw("shaw_attention", q, k, v, rel_k, rel_v, mask)
     bias = shaw_key_bias(q, rel_k, k.shape[-2])  # (8.1): the relative half of e_ij
     if mask is not None:
         bias = bias + to_additive_mask(mask, q.dtype)  # M_ij: 0 or -inf, or any additive bias
     # (8.1)-(8.2) content part: softmax(q k^T / sqrt(d) + bias) v
-    y, w = scaled_dot_product_attention(q, k, v, bias, return_weights=True)
+    y, w = scaled_dot_product_attention(q, k, v, bias, return_weights=True, check=False)
     if rel_v is not None:
         y = y + shaw_value_term(w, rel_v)  # (8.2)                              [..., T, dv]
     return (y, w) if return_weights else y
+
+
+def _check_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """Raise unless :func:`t5_relative_position_bucket` can split ``num_buckets`` into exact and
+    log-spaced buckets up to ``max_distance``."""
+    expect_positive(
+        "t5_relative_position_bucket", num_buckets=num_buckets, max_distance=max_distance
+    )
+    if bidirectional and num_buckets % 2:
+        raise ValueError(
+            f"t5_relative_position_bucket: bidirectional needs an even num_buckets, got {num_buckets}"
+        )
+    n_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+    if n_exact < 1 or max_distance <= n_exact:
+        raise ValueError(
+            f"t5_relative_position_bucket: need num_buckets >= {4 if bidirectional else 2} and "
+            f"max_distance > {n_exact}, got num_buckets={num_buckets}, max_distance={max_distance}"
+        )
 
 
 def t5_relative_position_bucket(
@@ -186,15 +217,9 @@ def t5_relative_position_bucket(
     Returns int64, same shape as ``relative_position``.  The logarithm is taken
     in float32, as in T5's reference implementation.
     """
-    expect_positive(
-        "t5_relative_position_bucket", num_buckets=num_buckets, max_distance=max_distance
-    )
+    _check_buckets(num_buckets, max_distance, bidirectional)
     rel = relative_position.long()
     if bidirectional:
-        if num_buckets % 2:
-            raise ValueError(
-                f"t5_relative_position_bucket: bidirectional needs an even num_buckets, got {num_buckets}"
-            )
         nb = num_buckets // 2
         offset = (rel > 0).long() * nb  # future keys: upper half
         n = rel.abs()
@@ -203,11 +228,6 @@ def t5_relative_position_bucket(
         offset = torch.zeros_like(rel)
         n = (-rel).clamp(min=0)  # distance into the past; the future collapses to 0
     n_exact = nb // 2
-    if n_exact < 1 or max_distance <= n_exact:
-        raise ValueError(
-            f"t5_relative_position_bucket: need num_buckets >= {4 if bidirectional else 2} and "
-            f"max_distance > {n_exact}, got num_buckets={num_buckets}, max_distance={max_distance}"
-        )
     # log-spaced buckets for n >= n_exact (float32, as T5's code; n = 0 is masked below)
     ratio = torch.log(n.float().clamp(min=1) / n_exact) / math.log(max_distance / n_exact)
     far = (n_exact + (ratio * (nb - n_exact)).long()).clamp(max=nb - 1)
@@ -335,6 +355,18 @@ def rotate_interleaved(x: Tensor) -> Tensor:
     return torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
 
 
+def _check_rope(x: Tensor, cos: Tensor, sin: Tensor, convention: str) -> None:
+    """Raise unless ``x`` is [..., T, d] with d even, ``cos`` and ``sin`` [T, d], and ``convention`` known."""
+    _convention("apply_rope", convention)
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"apply_rope: x must be [..., T, d] with d even, got {fmt_shape(x.shape)}")
+    if cos.shape != x.shape[-2:] or sin.shape != x.shape[-2:]:
+        raise ValueError(
+            f"apply_rope: cos and sin must be [T, d] = {fmt_shape(x.shape[-2:])}, "
+            f"got {fmt_shape(cos.shape)} and {fmt_shape(sin.shape)}"
+        )
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, convention: str = "half") -> Tensor:
     """Rotate queries or keys by their position, Chapter 8, eq. (8.7).
 
@@ -348,14 +380,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, convention: str = "half")
     every norm, and eq. (8.8) follows: ``<R_m q, R_n k> = <q, R_(n-m) k>``
     depends on the positions only through ``n - m``.
     """
-    _convention("apply_rope", convention)
-    if x.dim() < 2 or x.shape[-1] % 2:
-        raise ValueError(f"apply_rope: x must be [..., T, d] with d even, got {fmt_shape(x.shape)}")
-    if cos.shape != x.shape[-2:] or sin.shape != x.shape[-2:]:
-        raise ValueError(
-            f"apply_rope: cos and sin must be [T, d] = {fmt_shape(x.shape[-2:])}, "
-            f"got {fmt_shape(cos.shape)} and {fmt_shape(sin.shape)}"
-        )
+    _check_rope(x, cos, sin, convention)
     rotate = rotate_half if convention == "half" else rotate_interleaved
     return x * cos + rotate(x) * sin  # (8.7)
 

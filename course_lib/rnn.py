@@ -381,6 +381,29 @@ def gru_step(layer: nn.Module, x: Tensor, h: Tensor) -> Tensor:
     )
 
 
+def _check_outputs(outputs: Tensor, x: Tensor) -> None:
+    """Raise unless ``outputs`` are the [B, T, H] outputs of a batch-first layer run on ``x``."""
+    if outputs.dim() != 3 or outputs.shape[:2] != x.shape[:2]:
+        raise ValueError(
+            "input_jacobian_norms: layer(x)[0] must be the outputs [B, T, H] of a batch-first "
+            f"layer, got {fmt_shape(outputs.shape)} for x {fmt_shape(x.shape)} "
+            "(build torch layers with batch_first=True)"
+        )
+
+
+def _check_batch_first(layer: nn.Module, x: Tensor) -> None:
+    """Raise unless ``x`` is [B, T, D] and ``layer`` reads it batch first (:func:`input_jacobian_norms`)."""
+    if x.dim() != 3:
+        raise ValueError(
+            f"input_jacobian_norms: x must be [B, T, D] (batch first), got {fmt_shape(x.shape)}; "
+            "add a batch axis with x[None] for one sequence"
+        )
+    if getattr(layer, "batch_first", True) is False:
+        raise ValueError(
+            "input_jacobian_norms: the layer reads [T, B, D]; build it with batch_first=True"
+        )
+
+
 def input_jacobian_norms(layer: nn.Module, x: Tensor) -> Tensor:
     """How strongly the last state depends on each input: ``||d h_T / d x_t||_F``, Chapter 1.
 
@@ -394,24 +417,11 @@ def input_jacobian_norms(layer: nn.Module, x: Tensor) -> Tensor:
     shrinks (or grows) geometrically in ``T - t`` is a vanishing (or exploding)
     gradient.  The Jacobian is exact: one backward pass per hidden unit, batched.
     """
-    if x.dim() != 3:
-        raise ValueError(
-            f"input_jacobian_norms: x must be [B, T, D] (batch first), got {fmt_shape(x.shape)}; "
-            "add a batch axis with x[None] for one sequence"
-        )
-    if getattr(layer, "batch_first", True) is False:
-        raise ValueError(
-            "input_jacobian_norms: the layer reads [T, B, D]; build it with batch_first=True"
-        )
+    _check_batch_first(layer, x)
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
         outputs = layer(x)[0]  # [B, T, H]
-        if outputs.dim() != 3 or outputs.shape[:2] != x.shape[:2]:
-            raise ValueError(
-                "input_jacobian_norms: layer(x)[0] must be the outputs [B, T, H] of a batch-first "
-                f"layer, got {fmt_shape(outputs.shape)} for x {fmt_shape(x.shape)} "
-                "(build torch layers with batch_first=True)"
-            )
+        _check_outputs(outputs, x)
         h_last = outputs[:, -1]  # h_T                                             [B, H]
         hidden = h_last.shape[-1]
         # Row k of every sequence's Jacobian at once: the gradient of h_T[:, k].    [H, B, H]

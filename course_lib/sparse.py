@@ -36,7 +36,7 @@ __all__ = ["SparseFeatures", "linear", "dropout"]
 def _building_csr() -> Iterator[None]:
     """Silence the "beta" notice PyTorch prints when it builds a sparse CSR tensor.
 
-    The CSR operations used here are checked in ``tests/test_gat.py``.
+    The CSR operations used here are checked in ``tests/test_sparse.py``.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings(

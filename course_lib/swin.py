@@ -102,6 +102,24 @@ def _roll(x: Tensor, height: int, width: int, by: int) -> Tensor:
     return grid.roll((by, by), dims=(2, 3)).reshape(x.shape)
 
 
+def _check_windows(
+    query: Tensor, key: Tensor, value: Tensor, height: int, width: int, window: int, shift: int
+) -> None:
+    """Raise unless :func:`window_attention`'s grid splits into windows and ``query``, ``key``
+    and ``value`` are [B, h, N_p = height * width, d]."""
+    _check_grid("window_attention", height, width, window, shift)
+    if query.dim() != 4 or query.shape[-2] != height * width:
+        raise ValueError(
+            f"window_attention: query must be [B, h, N_p={height * width}, d], "
+            f"got {fmt_shape(query.shape)}"
+        )
+    if key.shape != query.shape or value.shape != query.shape:
+        raise ValueError(
+            f"window_attention: key and value must have the query's shape {fmt_shape(query.shape)}, "
+            f"got {fmt_shape(key.shape)} and {fmt_shape(value.shape)}"
+        )
+
+
 def window_attention(
     query: Tensor,
     key: Tensor,
@@ -119,17 +137,7 @@ def window_attention(
     only ``N_p window^2`` scores: ``[B, h, n_w, window^2, window^2]`` for the
     ``n_w = N_p / window^2`` windows.  Returns ``[B, h, N_p, d]``.
     """
-    _check_grid("window_attention", height, width, window, shift)
-    if query.dim() != 4 or query.shape[-2] != height * width:
-        raise ValueError(
-            f"window_attention: query must be [B, h, N_p={height * width}, d], "
-            f"got {fmt_shape(query.shape)}"
-        )
-    if key.shape != query.shape or value.shape != query.shape:
-        raise ValueError(
-            f"window_attention: key and value must have the query's shape {fmt_shape(query.shape)}, "
-            f"got {fmt_shape(key.shape)} and {fmt_shape(value.shape)}"
-        )
+    _check_windows(query, key, value, height, width, window, shift)
     q, k, v = (_roll(t, height, width, -shift) for t in (query, key, value))  # cyclic shift
     q, k, v = (_to_windows(t, height, width, window) for t in (q, k, v))  # [B, h, n_w, window^2, d]
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # [B, h, n_w, window^2, window^2]

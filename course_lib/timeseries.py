@@ -101,6 +101,16 @@ class Time2Vec(nn.Module):
         return f"k={self.k}"
 
 
+def _check_calendar(index: pd.DatetimeIndex, harmonics: int) -> None:
+    """Raise unless ``index`` is a pandas.DatetimeIndex and ``harmonics`` >= 1."""
+    if not hasattr(index, "day_of_year"):
+        raise TypeError(
+            f"calendar_features: needs a pandas.DatetimeIndex, got {type(index).__name__}"
+        )
+    if harmonics < 1:
+        raise ValueError(f"calendar_features: harmonics must be >= 1, got {harmonics}")
+
+
 def calendar_features(
     index: pd.DatetimeIndex, harmonics: int = 2, month_one_hot: bool = False
 ) -> Tensor:
@@ -111,12 +121,7 @@ def calendar_features(
     elapsed; with ``month_one_hot`` twelve more 0/1 columns.  Returns float32
     ``[T, 2 * harmonics (+ 12)]``.  Known in advance for any future date.
     """
-    if not hasattr(index, "day_of_year"):
-        raise TypeError(
-            f"calendar_features: needs a pandas.DatetimeIndex, got {type(index).__name__}"
-        )
-    if harmonics < 1:
-        raise ValueError(f"calendar_features: harmonics must be >= 1, got {harmonics}")
+    _check_calendar(index, harmonics)
     days = np.where(index.is_leap_year, 366.0, 365.0)
     a = (np.asarray(index.day_of_year, dtype=np.float64) - 1.0) / days  # [T]
     cols = []

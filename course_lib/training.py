@@ -152,6 +152,19 @@ def torch_warmup_cosine(
 # ---------------------------------------------------------------------------
 
 
+def _check_label_smoothing(logits: Tensor, target: Tensor, smoothing: float) -> None:
+    """Raise unless ``logits`` is [N, C, ...], ``target`` [N, ...] and ``smoothing`` in [0, 1]."""
+    if not 0.0 <= smoothing <= 1.0:
+        raise ValueError(
+            f"label_smoothing_cross_entropy: smoothing must be in [0, 1], got {smoothing}"
+        )
+    if logits.dim() < 2 or target.shape != logits.shape[:1] + logits.shape[2:]:
+        raise ValueError(
+            "label_smoothing_cross_entropy: logits must be [N, C, ...] and target [N, ...], got "
+            f"{fmt_shape(logits.shape)} and {fmt_shape(target.shape)}"
+        )
+
+
 def label_smoothing_cross_entropy(
     logits: Tensor, target: Tensor, smoothing: float = 0.1, ignore_index: int = -100
 ) -> Tensor:
@@ -166,15 +179,7 @@ def label_smoothing_cross_entropy(
     averaged over the targets that are not ``ignore_index``.  Equal to
     ``nn.CrossEntropyLoss(label_smoothing=eps, ignore_index=...)``.
     """
-    if not 0.0 <= smoothing <= 1.0:
-        raise ValueError(
-            f"label_smoothing_cross_entropy: smoothing must be in [0, 1], got {smoothing}"
-        )
-    if logits.dim() < 2 or target.shape != logits.shape[:1] + logits.shape[2:]:
-        raise ValueError(
-            "label_smoothing_cross_entropy: logits must be [N, C, ...] and target [N, ...], got "
-            f"{fmt_shape(logits.shape)} and {fmt_shape(target.shape)}"
-        )
+    _check_label_smoothing(logits, target, smoothing)
     # at least float32 inside (bfloat16 logs are coarse), the logits' dtype out, as F.cross_entropy
     logp = F.log_softmax(logits, dim=1, dtype=torch.promote_types(logits.dtype, torch.float32))
     keep = target != ignore_index  # [N, ...]
@@ -205,6 +210,17 @@ def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
     return total
 
 
+def _check_adamw(param: Tensor, grad: Tensor, betas: tuple[float, float]) -> None:
+    """Raise unless ``param`` and ``grad`` have one shape and both betas lie in [0, 1)."""
+    if param.shape != grad.shape:
+        raise ValueError(
+            f"adamw_step: param and grad must have one shape, got {fmt_shape(param.shape)} "
+            f"and {fmt_shape(grad.shape)}"
+        )
+    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+        raise ValueError(f"adamw_step: betas must be in [0, 1), got {betas}")
+
+
 @torch.no_grad()
 def adamw_step(
     param: Tensor,
@@ -231,13 +247,7 @@ def adamw_step(
     with an L2 penalty added to the gradient (equal to ``torch.optim.Adam`` with
     ``weight_decay``), whose decay is then divided by ``sqrt(v_hat)`` like the rest.
     """
-    if param.shape != grad.shape:
-        raise ValueError(
-            f"adamw_step: param and grad must have one shape, got {fmt_shape(param.shape)} "
-            f"and {fmt_shape(grad.shape)}"
-        )
-    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-        raise ValueError(f"adamw_step: betas must be in [0, 1), got {betas}")
+    _check_adamw(param, grad, betas)
     b1, b2 = betas
     if not state:
         state.update(t=0, m=torch.zeros_like(param), v=torch.zeros_like(param))
@@ -300,6 +310,17 @@ class Run:
     )
 
 
+def _check_train(steps: int, params: list[nn.Parameter]) -> None:
+    """Raise unless :func:`train` has steps to take and parameters to train."""
+    if steps < 0:
+        raise ValueError(f"train: steps must be >= 0, got {steps}")
+    if not params:
+        raise ValueError(
+            "train: the model has no trainable parameters (all have requires_grad=False); "
+            "unfreeze some, e.g. with p.requires_grad_(True)"
+        )
+
+
 def train(
     model: nn.Module,
     make_batch: Callable[[], Any],
@@ -329,13 +350,7 @@ def train(
     finite (the loss of that step is still recorded).
     """
     params = [p for p in model.parameters() if p.requires_grad]
-    if steps < 0:
-        raise ValueError(f"train: steps must be >= 0, got {steps}")
-    if not params:
-        raise ValueError(
-            "train: the model has no trainable parameters (all have requires_grad=False); "
-            "unfreeze some, e.g. with p.requires_grad_(True)"
-        )
+    _check_train(steps, params)
     # foreach: one call per operation over all tensors (the CUDA default); on the CPU it
     # gives the same weights as the default loop over tensors, with less Python per step.
     opt = (

@@ -201,6 +201,16 @@ class ViT(nn.Module):
         return torch.stack([maps[f"blocks.{i}.self_attn"] for i in range(len(self.blocks))])
 
 
+def _check_rollout(weights: Tensor, residual: float) -> None:
+    """Raise unless ``weights`` is [num_layers, B, h, T, T] and ``residual`` lies in [0, 1]."""
+    if weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(
+            f"attention_rollout: weights must be [num_layers, B, h, T, T], got {fmt_shape(weights.shape)}"
+        )
+    if not 0.0 <= residual <= 1.0:
+        raise ValueError(f"attention_rollout: residual must be in [0, 1], got {residual}")
+
+
 def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
     """Attention rollout (Abnar & Zuidema, 2020), eq. (13.5).
 
@@ -211,12 +221,7 @@ def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
     much of token ``t``'s final representation flows from each input token.
     Every row sums to 1.
     """
-    if weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(
-            f"attention_rollout: weights must be [num_layers, B, h, T, T], got {fmt_shape(weights.shape)}"
-        )
-    if not 0.0 <= residual <= 1.0:
-        raise ValueError(f"attention_rollout: residual must be in [0, 1], got {residual}")
+    _check_rollout(weights, residual)
     t = weights.shape[-1]
     eye = torch.eye(t, dtype=weights.dtype, device=weights.device)
     rollout = eye.expand(weights.shape[1], t, t)

@@ -72,7 +72,7 @@ MUTANTS = [
         "masks.py",
         'return scores.masked_fill(~mask, float("-inf"))',
         'return scores.masked_fill(mask, float("-inf"))',
-        ("test_attention.py",),
+        ("test_masks.py", "test_attention.py"),
         "a boolean mask removes the keys it should keep (masks._apply_mask)",
     ),
     Mutant(
@@ -80,7 +80,7 @@ MUTANTS = [
         "masks.py",
         "return weights.masked_fill(fully_masked, 0.0)  # (3.6)",
         "return weights  # (3.6) dropped:",
-        ("test_attention.py",),
+        ("test_masks.py", "test_attention.py"),
         "a fully masked row gets uniform weights instead of zeros (3.6)",
     ),
     Mutant(

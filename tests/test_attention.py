@@ -1,7 +1,7 @@
-"""Attention (Chapters 2-3): masks, scores, scaled dot-product and multi-head attention.
+"""Attention (Chapters 2-3): scores, scaled dot-product and multi-head attention.
 
-Covers course_lib.masks and course_lib.attention; Chapter 2's seq2seq models with
-attention are tested in test_seq2seq.py.
+Covers course_lib.attention; the masks are tested in test_masks.py, Chapter 2's
+seq2seq models with attention in test_seq2seq.py.
 
 Cross-checks copy weights into PyTorch's own modules and compare in float32 with
 atol 1e-5.  Several tests also show that a plausible mistake (the wrong mask
@@ -32,13 +32,10 @@ from course_lib.attention import (
 from course_lib.masks import (
     causal_mask,
     check_mask,
-    from_torch_mask,
     masked_softmax,
-    merge_masks,
     padding_mask,
     to_additive_mask,
     to_torch_mask,
-    window_mask,
 )
 
 ATOL = 1e-5
@@ -53,53 +50,8 @@ pytestmark = pytest.mark.usefixtures("seed_and_one_thread")
 
 
 # ---------------------------------------------------------------------------
-# Masks and the library's convention (True = may attend).
+# The masks attention uses (tested in test_masks.py).
 # ---------------------------------------------------------------------------
-
-
-def test_causal_mask_is_true_on_and_below_the_diagonal():
-    m = causal_mask(3)
-    assert m.dtype == torch.bool
-    assert m.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
-    # T != S: aligned at the top-left corner, like is_causal=True in PyTorch
-    assert causal_mask(2, 4).tolist() == [[True, False, False, False], [True, True, False, False]]
-
-
-def test_padding_mask_marks_real_tokens():
-    m = padding_mask(torch.tensor([3, 1, 0]), 4)
-    assert m.tolist() == [
-        [True, True, True, False],
-        [True, False, False, False],
-        [False, False, False, False],
-    ]
-    with pytest.raises(ValueError, match=r"lengths must lie in \[0, 2\]"):
-        padding_mask(torch.tensor([3]), 2)
-
-
-def test_window_mask_local_m_and_given_centres():
-    m = window_mask(4, 5, 1)  # p_i = i
-    assert m.tolist()[0] == [True, True, False, False, False]
-    assert m.tolist()[3] == [False, False, True, True, True]
-    # real-valued centres, batched: |j - p| <= window
-    m = window_mask(2, 5, 1, torch.tensor([[0.4, 3.6]]))
-    assert m.shape == (1, 2, 5)
-    assert m[0].tolist() == [[True, True, False, False, False], [False, False, False, True, True]]
-    with pytest.raises(ValueError, match=r"centers must be \[T=3\] or \[B, T=3\], got \[4\]"):
-        window_mask(3, 5, 1, torch.arange(4))
-    with pytest.raises(ValueError, match=r"centers must be \[T=3\] or \[B, T=3\], got \[\]"):
-        window_mask(3, 5, 1, torch.tensor(1))  # 0-d: the friendly message, not an IndexError
-
-
-def test_check_mask_names_the_caller_and_the_expected_shapes():
-    scores = torch.Size([2, 3, 4])
-    check_mask("f", torch.ones(3, 4, dtype=torch.bool), scores)  # [T, S] broadcasts
-    check_mask("f", torch.zeros(2, 1, 4), scores)  # additive, [B, 1, S]
-    with pytest.raises(ValueError, match=r"f: mask of shape \[4, 3\] does not broadcast"):
-        check_mask("f", torch.ones(4, 3, dtype=torch.bool), scores)
-    with pytest.raises(ValueError, match=r"f: key_mask must be boolean .* got dtype torch.int64"):
-        check_mask("f", torch.ones(3, 4, dtype=torch.long), scores, "key_mask")
-    with pytest.raises(TypeError, match="f: mask must be a torch.Tensor, got list"):
-        check_mask("f", [[True]], scores)
 
 
 def test_the_masks_used_by_attention_stay_importable_from_it():
@@ -110,43 +62,6 @@ def test_the_masks_used_by_attention_stay_importable_from_it():
     assert course_lib.attention.masked_softmax is course_lib.masks.masked_softmax
     assert course_lib.attention.causal_mask is course_lib.masks.causal_mask
     assert "masked_softmax" not in course_lib.attention.__all__
-
-
-def test_additive_form_of_a_boolean_mask():
-    m = torch.tensor([[True, False]])
-    assert to_additive_mask(m).tolist() == [[0.0, float("-inf")]]
-    add = torch.tensor([[0.5, -1.0]])
-    assert to_additive_mask(add) is add
-    with pytest.raises(ValueError, match="bool or floating"):
-        to_additive_mask(torch.tensor([[1, 0]]))
-
-
-def test_translation_to_and_from_torch_conventions():
-    ours = causal_mask(4)
-    assert torch.equal(to_torch_mask(ours, "sdpa"), ours)  # True = keep in both
-    assert torch.equal(to_torch_mask(ours, "mha"), ~ours)  # MHA: True = masked out
-    for api in ("sdpa", "mha"):
-        assert torch.equal(from_torch_mask(to_torch_mask(ours, api), api), ours)
-    add = to_additive_mask(ours)
-    assert to_torch_mask(add, "mha") is add and from_torch_mask(add, "mha") is add
-    assert to_torch_mask(None, "mha") is None
-    with pytest.raises(ValueError, match=r"api must be one of \('sdpa', 'mha'\)"):
-        to_torch_mask(ours, "nn")
-    with pytest.raises(ValueError, match="api must be one of"):
-        from_torch_mask(ours, "nn")
-
-
-def test_masked_softmax_rows_sum_to_one_and_a_fully_masked_row_is_zero():
-    scores = torch.randn(2, 3, 4, requires_grad=True)
-    mask = torch.tensor([[True, True, False, True], [False] * 4, [True, False, False, False]])
-    w = masked_softmax(scores, mask)
-    assert not torch.isnan(w).any()
-    assert torch.allclose(w.sum(-1), torch.tensor([[1.0, 0.0, 1.0]] * 2))
-    assert (w[:, 0, 2] == 0).all() and (w[:, 2, 0] == 1).all()
-    w.pow(2).sum().backward()  # gradients through a fully masked row stay finite
-    assert torch.isfinite(scores.grad).all()
-    # plain softmax would give NaN: the rule (3.6) is what makes the difference
-    assert torch.isnan(torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)).any()
 
 
 # ---------------------------------------------------------------------------
@@ -246,6 +161,43 @@ def test_sdpa_errors_name_the_expected_shapes():
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.long))
     with pytest.raises(ValueError, match=r"query must be a tensor \[\.\.\., T, d\]"):
         scaled_dot_product_attention(torch.randn(3), k, v)
+
+
+def test_each_mask_is_checked_once_per_call(monkeypatch):
+    """The entry point checks a mask; what it calls inside (SDPA, masked_softmax) does not
+    check it again. A public function called directly still checks it, once."""
+    import course_lib.attention
+    import course_lib.masks
+    from course_lib.relative import shaw_attention
+
+    calls = []
+
+    def counting(where, *args, **kwargs):
+        calls.append(where)
+        return check_mask(where, *args, **kwargs)
+
+    for module in (course_lib.attention, course_lib.masks):
+        monkeypatch.setattr(module, "check_mask", counting)
+    mha = MultiHeadAttention(8, 2)
+    x, causal = torch.randn(2, 5, 8), causal_mask(5)
+    q = torch.randn(2, 2, 5, 4)
+    runs = {
+        "teaching path": lambda: mha(x, mask=causal, need_weights=True),
+        "fused path": lambda: mha(x, mask=causal),
+        "sdpa": lambda: scaled_dot_product_attention(q, q, q, causal),
+        "masked_softmax": lambda: masked_softmax(torch.randn(5, 5), causal),
+        "shaw": lambda: shaw_attention(q, q, q, torch.randn(3, 4), mask=causal),
+    }
+    for name, run in runs.items():
+        calls.clear()
+        run()
+        assert len(calls) == 1, (name, calls)  # was 3 on the teaching path, 2 in sdpa and shaw
+    calls.clear()
+    padding = torch.ones(2, 5, dtype=torch.bool)
+    mha(x, mask=causal, key_padding_mask=padding, need_weights=True)
+    assert calls == ["MultiHeadAttention"] * 2  # each of the two masks once
+    with pytest.raises(ValueError, match="MultiHeadAttention: key_padding_mask must be boolean"):
+        mha(x, key_padding_mask=padding.long(), need_weights=True)
 
 
 # ---------------------------------------------------------------------------
@@ -397,29 +349,6 @@ def test_the_two_paths_agree_in_other_dtypes_and_cross_attention(dtype):
     assert fast.dtype == dtype and _close(fast.float(), slow.float(), atol)
     for a, b in zip(fast_grads, slow_grads, strict=True):
         assert _close(a.float(), b.float(), atol)
-
-
-def test_merge_masks_allows_a_key_only_where_both_do():
-    a = torch.tensor([[True, True, False], [True, False, False]])
-    b = torch.tensor([True, False, True])
-    assert torch.equal(merge_masks(a, b), a & b)
-    assert merge_masks(None, b) is b and merge_masks(a, None) is a
-    bias = torch.tensor([0.5, -1.0, 2.0])
-    both = merge_masks(a, bias)  # a boolean and a bias: additive, the bias kept where allowed
-    assert both.dtype == torch.float32
-    assert torch.equal(both, torch.where(a, bias, torch.tensor(float("-inf"))))
-    assert torch.equal(merge_masks(bias.double(), a), both.double())
-
-
-def test_masked_softmax_keeps_one_buffer_when_no_row_is_fully_masked():
-    """The weights are the softmax's own output (its backward keeps nothing else); only a
-    fully masked row costs a second pass."""
-    scores = torch.randn(2, 4, 5, requires_grad=True)
-    mask = torch.rand(4, 5) > 0.5
-    mask[:, 0] = True
-    assert type(masked_softmax(scores, mask).grad_fn).__name__ == "SoftmaxBackward0"
-    mask[2] = False
-    assert type(masked_softmax(scores, mask).grad_fn).__name__ != "SoftmaxBackward0"
 
 
 def test_mha_heads_are_single_head_attention_in_parallel_subspaces():

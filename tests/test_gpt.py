@@ -203,12 +203,7 @@ def test_add_lora_without_a_match_leaves_the_model_trainable():
     assert not any(isinstance(m, gpt.LoRALinear) for m in model.modules())
 
 
-def test_error_messages():
-    vocab = lm.CharVocab("abc")
-    with pytest.raises(ValueError, match="'z' is not in the vocabulary"):
-        vocab.encode("abz")
-    with pytest.raises(ValueError, match=r"got \[2, 3\]"):
-        lm.batches(torch.zeros(2, 3, dtype=torch.long), 4, 2, generator=torch.Generator())
+def test_error_messages():  # the vocabulary's and batches' are in test_lm.py
     model = small_gpt()  # max_len=16
     with pytest.raises(ValueError, match="max_len=16"):
         gpt.evaluate(model, torch.arange(200) % 50, block=32)

@@ -1,4 +1,6 @@
-"""``course_lib.lm``: several seeds trained as one vmapped model; the embeddings' balance."""
+"""``course_lib.lm``: several seeds trained as one vmapped model; the embeddings' balance;
+the positional language model of Chapters 7-8 (every method at every length, causality,
+the controls of the extrapolation experiment); the character vocabulary and batches."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import pytest
 import torch
 
 from course_lib import lm
+from course_lib import position_hooks as H
+from course_lib import positional as P
 from course_lib.config import TransformerConfig
+from tests.test_relative import _gen
 
 DATA = torch.randint(0, 11, (600,), generator=torch.Generator().manual_seed(0))
 
@@ -85,3 +90,147 @@ def test_token_scale_gives_the_original_balance():
     assert torch.allclose(plain.head(plain.blocks(x, is_causal=True)), plain(ids))
     with pytest.raises(ValueError, match="token_init_std and token_scale must be > 0"):
         lm.PositionalLM(TransformerConfig(activation="gelu"), 50, "none", token_scale=0.0)
+
+
+# ---------------------------------------------------------------------------
+# Chapter 8: the language model of the extrapolation experiment
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", H.POSITION_METHODS)
+def test_lm_runs_at_every_length(method):
+    torch.manual_seed(0)
+    model = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu"),
+        11,
+        method,
+    )
+    data = torch.randint(0, 11, (200,), generator=_gen(5))
+    assert model(data[:16].view(2, 8)).shape == (2, 8, 11)
+    loss_1x = lm.evaluate_lm(model, data, 8, num_chars=64)
+    loss_2x = lm.evaluate_lm(model, data, 16, num_chars=64)
+    assert math.isnan(loss_2x) == (method == "learned")
+    assert lm.evaluate_lm(model, data, 8, num_chars=64) == loss_1x  # deterministic
+    # the value: the mean next-token cross-entropy over the same 64 targets, by hand
+    model.eval()
+    with torch.no_grad():
+        logits = model(data[:64].view(8, 8))
+    by_hand = torch.nn.functional.cross_entropy(logits.flatten(0, 1), data[1:65]).item()
+    assert loss_1x == pytest.approx(by_hand, rel=1e-6)
+    assert abs(loss_1x - math.log(11)) < 0.5  # untrained: close to uniform over 11 symbols
+
+
+def test_lm_is_causal():
+    """Changing a later token never changes the logits of earlier positions."""
+    for method in H.POSITION_METHODS:
+        torch.manual_seed(0)
+        model = lm.PositionalLM(
+            TransformerConfig(d_model=16, num_heads=2, num_layers=2, max_len=12, activation="gelu"),
+            11,
+            method,
+        ).eval()
+        x = torch.randint(0, 11, (1, 12), generator=_gen(6))
+        y = x.clone()
+        y[0, 7] = (y[0, 7] + 1) % 11
+        with torch.no_grad():
+            torch.testing.assert_close(model(x)[0, :7], model(y)[0, :7])
+
+
+def test_evaluate_lm_is_nan_beyond_a_learned_table_only():
+    torch.manual_seed(0)
+    data = torch.randint(0, 11, (200,), generator=_gen(7))
+    learned = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu"),
+        11,
+        "learned",
+    )
+    by_position = lm.evaluate_lm(learned, data, 16, num_chars=64, per_position=True)
+    assert by_position.shape == (16,) and by_position.isnan().all()
+    assert math.isfinite(lm.evaluate_lm(learned, data, 8, num_chars=64))
+    assert learned.training  # the mode it was in is restored
+
+
+# ---------------------------------------------------------------------------
+# Chapter 7: the controls of the extrapolation experiment
+# ---------------------------------------------------------------------------
+
+
+def test_position_scale_and_offset_of_the_sinusoidal_model():
+    torch.manual_seed(0)
+    model = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
+        11,
+        "sinusoidal",
+    )
+    ids = torch.randint(0, 11, (2, 8), generator=_gen(4))
+    x = model.embed(ids)
+    # offset: the table rows offset .. offset + T - 1 are added (checked through a hook on blocks)
+    seen = {}
+    handle = model.blocks.register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
+    model(ids, offset=5)
+    handle.remove()
+    torch.testing.assert_close(seen["x"], x + P.sinusoidal_table(13, 16)[5:])
+    scaled = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
+        11,
+        "sinusoidal",
+        position_scale=0.1,
+    )
+    handle = scaled.blocks.register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
+    scaled(ids)
+    handle.remove()
+    torch.testing.assert_close(seen["x"], scaled.embed(ids) + 0.1 * P.sinusoidal_table(8, 16))
+
+
+def test_offset_evaluation():
+    torch.manual_seed(0)
+    data = torch.randint(0, 11, (200,), generator=_gen(6))
+    learned = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=16, activation="gelu"),
+        11,
+        "learned",
+    )
+    assert math.isfinite(lm.evaluate_lm(learned, data, 8, num_chars=64, offset=8))
+    assert math.isnan(lm.evaluate_lm(learned, data, 8, num_chars=64, offset=9))
+    # a relative method sees offsets j - i only: shifting every position changes nothing
+    alibi = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"), 11, "alibi"
+    )
+    assert lm.evaluate_lm(alibi, data, 8, num_chars=64, offset=100) == pytest.approx(
+        lm.evaluate_lm(alibi, data, 8, num_chars=64), abs=1e-6
+    )
+    sinus = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
+        11,
+        "sinusoidal",
+    )
+    assert lm.evaluate_lm(sinus, data, 8, num_chars=64, offset=100) != lm.evaluate_lm(
+        sinus, data, 8, num_chars=64
+    )
+
+
+def test_position_scale_and_offset_errors_are_clear():
+    with pytest.raises(ValueError, match="position_scale scales the sinusoidal table"):
+        lm.PositionalLM(
+            TransformerConfig(d_model=16, num_heads=2, activation="gelu"),
+            11,
+            "rope",
+            position_scale=0.5,
+        )
+    model = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
+        11,
+        "sinusoidal",
+    )
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
+        model(torch.zeros(1, 4, dtype=torch.long), offset=-1)
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
+        lm.evaluate_lm(model, torch.zeros(100, dtype=torch.long), 8, num_chars=64, offset=-2)
+
+
+def test_char_vocab_and_batches_errors():
+    vocab = lm.CharVocab("abc")
+    with pytest.raises(ValueError, match="'z' is not in the vocabulary"):
+        vocab.encode("abz")
+    with pytest.raises(ValueError, match=r"got \[2, 3\]"):
+        lm.batches(torch.zeros(2, 3, dtype=torch.long), 4, 2, generator=torch.Generator())

@@ -1,8 +1,9 @@
 """course_lib.positional (Chapter 7) against its own equations.
 
 Property tests: the sinusoidal table and its shift matrix, the learned table,
-clear errors, and the controls of the extrapolation experiment.  Chapter 8's
-relative positions are tested in ``tests/test_relative.py``.
+and clear errors.  Chapter 8's relative positions are tested in
+``tests/test_relative.py``, the controls of the extrapolation experiment in
+``tests/test_lm.py``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ import math
 import pytest
 import torch
 
-from course_lib import lm
 from course_lib import positional as P
 from course_lib import relative as R
-from course_lib.config import TransformerConfig
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -96,95 +95,3 @@ def test_errors_name_the_function_called():
         P.shift_matrix(1, 4, base=1.0)
     with pytest.raises(ValueError, match="^sinusoidal_table: dim must be even"):
         P.sinusoidal_table(4, 5)
-
-
-def test_evaluate_lm_is_nan_beyond_a_learned_table_only():
-    torch.manual_seed(0)
-    data = torch.randint(0, 11, (200,), generator=_gen(7))
-    learned = lm.PositionalLM(
-        TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu"),
-        11,
-        "learned",
-    )
-    by_position = lm.evaluate_lm(learned, data, 16, num_chars=64, per_position=True)
-    assert by_position.shape == (16,) and by_position.isnan().all()
-    assert math.isfinite(lm.evaluate_lm(learned, data, 8, num_chars=64))
-    assert learned.training  # the mode it was in is restored
-
-
-# ---------------------------------------------------------------------------
-# Chapter 7: the controls of the extrapolation experiment
-# ---------------------------------------------------------------------------
-
-
-def test_position_scale_and_offset_of_the_sinusoidal_model():
-    torch.manual_seed(0)
-    model = lm.PositionalLM(
-        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
-        11,
-        "sinusoidal",
-    )
-    ids = torch.randint(0, 11, (2, 8), generator=_gen(4))
-    x = model.embed(ids)
-    # offset: the table rows offset .. offset + T - 1 are added (checked through a hook on blocks)
-    seen = {}
-    handle = model.blocks.register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
-    model(ids, offset=5)
-    handle.remove()
-    torch.testing.assert_close(seen["x"], x + P.sinusoidal_table(13, 16)[5:])
-    scaled = lm.PositionalLM(
-        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
-        11,
-        "sinusoidal",
-        position_scale=0.1,
-    )
-    handle = scaled.blocks.register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
-    scaled(ids)
-    handle.remove()
-    torch.testing.assert_close(seen["x"], scaled.embed(ids) + 0.1 * P.sinusoidal_table(8, 16))
-
-
-def test_offset_evaluation():
-    torch.manual_seed(0)
-    data = torch.randint(0, 11, (200,), generator=_gen(6))
-    learned = lm.PositionalLM(
-        TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=16, activation="gelu"),
-        11,
-        "learned",
-    )
-    assert math.isfinite(lm.evaluate_lm(learned, data, 8, num_chars=64, offset=8))
-    assert math.isnan(lm.evaluate_lm(learned, data, 8, num_chars=64, offset=9))
-    # a relative method sees offsets j - i only: shifting every position changes nothing
-    alibi = lm.PositionalLM(
-        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"), 11, "alibi"
-    )
-    assert lm.evaluate_lm(alibi, data, 8, num_chars=64, offset=100) == pytest.approx(
-        lm.evaluate_lm(alibi, data, 8, num_chars=64), abs=1e-6
-    )
-    sinus = lm.PositionalLM(
-        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
-        11,
-        "sinusoidal",
-    )
-    assert lm.evaluate_lm(sinus, data, 8, num_chars=64, offset=100) != lm.evaluate_lm(
-        sinus, data, 8, num_chars=64
-    )
-
-
-def test_position_scale_and_offset_errors_are_clear():
-    with pytest.raises(ValueError, match="position_scale scales the sinusoidal table"):
-        lm.PositionalLM(
-            TransformerConfig(d_model=16, num_heads=2, activation="gelu"),
-            11,
-            "rope",
-            position_scale=0.5,
-        )
-    model = lm.PositionalLM(
-        TransformerConfig(d_model=16, num_heads=2, num_layers=1, activation="gelu"),
-        11,
-        "sinusoidal",
-    )
-    with pytest.raises(ValueError, match="offset must be an int >= 0"):
-        model(torch.zeros(1, 4, dtype=torch.long), offset=-1)
-    with pytest.raises(ValueError, match="offset must be an int >= 0"):
-        lm.evaluate_lm(model, torch.zeros(100, dtype=torch.long), 8, num_chars=64, offset=-2)

@@ -34,6 +34,9 @@ timeout ${UNIT_TIMEOUT:-150} python3 -m pytest -p no:cacheprovider -n "$WORKERS"
   tests/test_transformer.py tests/test_gpt.py tests/test_bert.py tests/test_vit.py tests/test_gat.py \
   tests/test_swin.py tests/test_timeseries.py tests/test_training.py tests/test_rnn.py \
   tests/test_seq2seq.py tests/test_embeddings.py tests/test_convnet.py tests/test_runtime.py \
+  tests/test_masks.py tests/test_lm.py tests/test_sparse.py tests/test_gat_training.py \
+  tests/test_time_encoding.py tests/test_forecasting.py tests/test_callbacks.py \
+  tests/test_distributed.py tests/test_sweep.py \
   >"$OUT/unit.log" 2>&1
 echo "unit rc=$? total $(( $(date +%s) - start )) s"
 python3 tools/gpu_summary.py "$OUT" --workers "$WORKERS" > "$OUT/gpu_run.json"

@@ -1,0 +1,151 @@
+"""Chapter 8: the position methods as hooks of the one attention class (each computes
+its equations), their parameters, RoPE scaling, RoPE with a cache, clear errors.
+
+Covers course_lib.position_hooks; the functions the hooks call are tested in
+test_relative.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_lib import lm
+from course_lib import position_hooks as H
+from course_lib import relative as R
+from course_lib.attention import MultiHeadAttention, record_attention, scaled_dot_product_attention
+from tests.test_relative import _gen, _llama_rotary
+
+
+def test_position_hook_errors_are_clear():
+    with pytest.raises(ValueError, match=r"d_model \(10\) must be a multiple of num_heads \(4\)$"):
+        lm.PositionalLM(11, "alibi", d_model=10, num_heads=4)
+    with pytest.raises(ValueError, match=r"^RoPE: dim must be even"):
+        H.RoPE(3)  # RoPE rotates pairs of coordinates
+    assert isinstance(H.position_hook("alibi", 3, 2), H.ALiBi)  # odd head sizes are fine elsewhere
+    with pytest.raises(ValueError, match="num_heads must be a positive int, got 0"):
+        H.T5Bias(0)
+    with pytest.raises(ValueError, match="^position_hook: method must be one of"):
+        H.position_hook("absolute", 4, 2)
+    with pytest.raises(ValueError, match="^PositionalLM: method must be one of"):
+        lm.PositionalLM(11, "absolute")
+
+
+# ---------------------------------------------------------------------------
+# Chapter 8: the methods as hooks of the one attention class
+# ---------------------------------------------------------------------------
+
+
+def _heads(mha, x):
+    """The projected heads q, k, v [B, h, T, d] of ``mha`` for self-attention on ``x``."""
+    h, d = mha.num_heads, mha.head_dim
+    qkv = torch.nn.functional.linear(x, mha.in_proj_weight, mha.in_proj_bias)
+    return (t.unflatten(-1, (h, d)).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+
+
+def _reference(method, hook, q, k, v, causal):
+    """What each hook must compute, from the module-level functions of Chapter 8."""
+    t = q.shape[-2]
+    mask = torch.ones(t, t, dtype=torch.bool).tril() if causal else None
+    if method == "shaw":
+        return R.shaw_attention(q, k, v, hook.rel_k, hook.rel_v, mask=mask)
+    if method == "rope":
+        cos, sin = R.rope_cos_sin(t, q.shape[-1], dtype=q.dtype)
+        q, k = R.apply_rope(q, cos, sin), R.apply_rope(k, cos, sin)
+        return scaled_dot_product_attention(q, k, v, mask)
+    if method == "alibi":
+        bias = R.alibi_bias(R.alibi_slopes(q.shape[1]), t).to(q.dtype)
+    else:
+        bias = R.t5_bias(hook.table, t, max_distance=hook.max_distance)
+    if causal:
+        bias = bias.masked_fill(~mask, float("-inf"))
+    return scaled_dot_product_attention(q, k, v, bias)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("method", ["shaw", "t5", "alibi", "rope"])
+def test_multi_head_attention_with_each_position_hook_computes_its_equations(method, causal):
+    torch.manual_seed(0)
+    hook = H.position_hook(method, 4, 3)
+    with torch.no_grad():
+        for p in hook.parameters():  # T5's table starts at zero: make every entry matter
+            p.normal_()
+    mha = MultiHeadAttention(12, 3, position=hook).double().eval()
+    x = torch.randn(2, 7, 12, dtype=torch.float64, generator=_gen(9))
+    out, _ = mha(x, is_causal=causal)
+    q, k, v = _heads(mha, x)
+    y = _reference(method, hook, q, k, v, causal)  #                          [B, h, T, d]
+    torch.testing.assert_close(out, mha.out_proj(y.transpose(1, 2).flatten(2)))
+    plain = MultiHeadAttention(12, 3).double().eval()  # the same weights, no hook
+    plain.load_state_dict(mha.state_dict(), strict=False)
+    assert (plain(x, is_causal=causal)[0] - out).abs().max() > 1e-3  # the hook matters
+
+
+def test_position_hook_parameters_live_in_the_attention_and_are_recorded():
+    model = lm.PositionalLM(11, "t5", d_model=16, num_heads=2, num_layers=2, max_len=8)
+    names = [n for n, _ in model.named_parameters() if "position" in n]
+    assert names == [
+        "blocks.layers.0.self_attn.position.table",
+        "blocks.layers.1.self_attn.position.table",
+    ]
+    with record_attention(model) as maps:
+        model(torch.zeros(1, 8, dtype=torch.long))
+    assert sorted(maps) == ["blocks.layers.0.self_attn", "blocks.layers.1.self_attn"]
+    assert maps["blocks.layers.0.self_attn"].shape == (1, 2, 8, 8)
+    assert maps["blocks.layers.0.self_attn"].triu(1).abs().max() == 0  # causal
+
+
+# ---------------------------------------------------------------------------
+# Chapter 8: RoPE position interpolation, eq. (8.9), set on every hook
+# ---------------------------------------------------------------------------
+
+
+def test_rope_scaling_sets_and_restores_every_hook():
+    torch.manual_seed(0)
+    model = lm.PositionalLM(11, "rope", d_model=16, num_heads=2, num_layers=2, max_len=8)
+    data = torch.randint(0, 11, (200,), generator=_gen(3))
+    plain = lm.evaluate_lm(model, data, 16, num_chars=64)
+    with H.rope_scaling(model, 2.0) as changed:
+        assert changed == 2  # one hook per layer
+        scaled = lm.evaluate_lm(model, data, 16, num_chars=64)
+    assert scaled != plain
+    assert all(m.scaling_factor == 1.0 for m in model.modules() if isinstance(m, H.RoPE))
+    assert lm.evaluate_lm(model, data, 16, num_chars=64) == plain
+
+
+def test_rope_scaling_errors_are_clear():
+    model = lm.PositionalLM(11, "alibi", d_model=16, num_heads=2, num_layers=1, max_len=8)
+    with pytest.raises(ValueError, match="no RoPE hook"), H.rope_scaling(model, 2.0):
+        pass
+    with pytest.raises(ValueError, match="scaling_factor must be >= 1"):
+        R.rope_cos_sin(8, 16, scaling_factor=0.5)
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_rope_hook_with_fewer_queries_than_keys_is_generation_with_a_cache(t):
+    """One new token (or a few) against a cached prefix: the queries sit at the last ``t``
+    of the ``S`` key positions. Checked against LLaMA's rotation at those positions and
+    against attention over the full sequence, whose last rows the cached call must equal."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    head_dim, s = 8, 7
+    g = _gen(t)
+    q = torch.randn(1, 2, s, head_dim, generator=g)
+    k = torch.randn(1, 2, s, head_dim, generator=g)
+    hook = H.RoPE(head_dim)
+    q_new, k_all = hook.rotate(q[..., s - t :, :], k)  # the cached call
+    positions = torch.arange(s)
+    cos, sin = _llama_rotary(head_dim, positions, q)
+    q_ref, k_ref = apply_rotary_pos_emb(q, k, cos, sin)
+    torch.testing.assert_close(q_new, q_ref[..., s - t :, :], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(k_all, k_ref, rtol=1e-4, atol=1e-4)
+    q_full, _ = hook.rotate(q, k)  # the same queries within the whole sequence
+    torch.testing.assert_close(q_new, q_full[..., s - t :, :])
+    # independent formula: pair (j, j + d/2) of position p turns by p * base^(-2j/d)
+    p, j = s - 1, 1
+    angle = p * 10000.0 ** (-2 * j / head_dim)
+    x, y = q[0, 0, -1, j], q[0, 0, -1, j + head_dim // 2]
+    expected = x * math.cos(angle) - y * math.sin(angle)
+    torch.testing.assert_close(q_new[0, 0, -1, j], expected, rtol=1e-5, atol=1e-6)
