@@ -25,6 +25,7 @@ implements.  Notebooks import from here and show the source with
 ``timeseries``      temporal encodings, patching, a patch Transformer with covariates (Ch. 10)
 ``forecasting``     naive, linear and exponential-smoothing forecasters (Ch. 10)
 ``ensemble``        several seeds of one model trained as one (vmap) (Ch. 10)
+``long_runs``       recorded runs beyond a chapter's budget, with provenance (Ch. 10)
 ``gpt``             GPT, sampling, LoRA, bottleneck adapters (Ch. 11)
 ``params``          counting a model's parameters (every chapter)
 ``bert``            BERT, masked language modelling, linear probes (Ch. 12)

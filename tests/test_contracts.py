@@ -434,6 +434,8 @@ TEST_ONLY = {
     "FitResult": "the type fit_node_classifier returns (its fields are read in Chapter 14)",
     "PaperEarlyStopping": "the callback fit_node_classifier trains with; tested on its own",
     "from_torch_mask": "the inverse of masks.to_torch_mask; the round trip is tested",
+    "LONG_RUNS": "what tools/long_run.py records (a maintainer tool); test_long_runs checks it",
+    "cells_hash": "the experiment's fingerprint tools/long_run.py stores; test_long_runs checks it",
     "moving_average_decomposition": "the decomposition DLinear runs (10.7); tested against pandas",
     "T5Bias": "the hook position_hook('t5') builds; tested against relative.t5_bias",
     "notebook_seed": "the seed setup_notebook chose (COURSE_SEED); tested with the sweep",
