@@ -15,6 +15,7 @@ import torch
 from course_lib.masks import (
     causal_mask,
     check_mask,
+    masked_softmax,
     merge_masks,
     padding_mask,
     to_additive_mask,
@@ -83,3 +84,12 @@ def test_check_mask_reports_the_query_and_key_sizes_of_any_scores():
     for scores in (torch.Size([3, 5]), torch.Size([2, 3, 5]), torch.Size([2, 4, 3, 5])):
         with pytest.raises(ValueError, match=r"expected \[T=3, S=5\]"):
             check_mask("f", torch.ones(4, 4, dtype=torch.bool), scores)
+
+
+def test_masked_softmax_with_one_key_or_none():
+    """One key: its weight is 1, or 0 when masked (3.6). No key at all: an empty result."""
+    scores = torch.randn(2, 1)
+    w = masked_softmax(scores, torch.tensor([[True], [False]]))
+    assert w.tolist() == [[1.0], [0.0]]
+    for shape in [(2, 3, 0), (3, 0), (2, 0, 4)]:
+        assert masked_softmax(torch.zeros(shape)).shape == shape
