@@ -784,3 +784,27 @@ def test_additive_attention_uses_its_values_and_mask():
     assert _close(w, alpha) and (w[~mask] == 0).all()
     assert _close(c, alpha @ v)
     assert _close(c_keys, torch.softmax(e, -1) @ k)
+
+
+def test_the_fused_path_takes_an_additive_mask_of_another_dtype():
+    """PyTorch's kernel refuses a float64 bias for bfloat16 queries: the fused path
+    casts an additive mask to the queries' dtype first."""
+    att = MultiHeadAttention(8, 2).to(torch.bfloat16)
+    x = torch.randn(2, 3, 8, dtype=torch.bfloat16)
+    bias = torch.randn(3, 3, dtype=torch.float64)
+    fused, _ = att(x, mask=bias)
+    taught, _ = att(x, mask=bias.to(torch.bfloat16), need_weights=True)
+    assert fused.dtype == torch.bfloat16
+    torch.testing.assert_close(fused, taught, atol=0.05, rtol=0.05)
+
+
+def test_mha_attends_to_the_values_it_is_given():
+    """Key and value different tensors (both default to the query): torch agrees, and
+    the errors name the module."""
+    ours, ref = _mha_pair()
+    q, k, v = torch.randn(2, 3, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    with torch.no_grad():
+        assert _close(ours(q, k, v)[0], ref(q, k, v, need_weights=False)[0])
+        assert _close(ours(q, k)[0], ref(q, k, k, need_weights=False)[0])
+    with pytest.raises(ValueError, match=r"^MultiHeadAttention: value must be \[B=2, S=5, D=16\]"):
+        ours(q, k, v[:, :4])
