@@ -808,3 +808,22 @@ def test_mha_attends_to_the_values_it_is_given():
         assert _close(ours(q, k)[0], ref(q, k, k, need_weights=False)[0])
     with pytest.raises(ValueError, match=r"^MultiHeadAttention: value must be \[B=2, S=5, D=16\]"):
         ours(q, k, v[:, :4])
+
+
+def test_the_key_bias_matters_only_once_the_keys_are_rotated():
+    """q . (k_j + b) = q . k_j + q . b: a key bias shifts every score of a query by the
+    same amount, which the softmax ignores; after RoPE rotates k_j + b by an angle that
+    depends on j, it no longer does. So the key bias is checked with RoPE."""
+    from course_lib.position_hooks import RoPE
+
+    x = torch.randn(2, 5, 8)
+    outputs = {}
+    for rope in (False, True):
+        att = MultiHeadAttention(8, 2, position=RoPE(4) if rope else None).eval()
+        with torch.no_grad():
+            att.in_proj_bias.normal_()
+            with_bias = att(x)[0]
+            att.in_proj_bias[8:16] = 0  # the keys' bias
+            outputs[rope] = (with_bias, att(x)[0])
+    assert _close(*outputs[False])
+    assert not _close(*outputs[True])
