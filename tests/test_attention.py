@@ -827,3 +827,13 @@ def test_the_key_bias_matters_only_once_the_keys_are_rotated():
             outputs[rope] = (with_bias, att(x)[0])
     assert _close(*outputs[False])
     assert not _close(*outputs[True])
+
+
+def test_a_position_bias_keeps_the_mask():
+    """ALiBi's bias is merged with the mask, not put in its place."""
+    from course_lib.position_hooks import ALiBi
+
+    att = MultiHeadAttention(8, 2, position=ALiBi(2)).eval()
+    mask = causal_mask(4)
+    _, w = att(torch.randn(2, 4, 8), mask=mask, need_weights=True)
+    assert (w[..., ~mask] == 0).all()
