@@ -837,3 +837,13 @@ def test_a_position_bias_keeps_the_mask():
     mask = causal_mask(4)
     _, w = att(torch.randn(2, 4, 8), mask=mask, need_weights=True)
     assert (w[..., ~mask] == 0).all()
+
+
+def test_mha_defaults_to_no_dropout_and_returns_weights_only_when_asked():
+    att = MultiHeadAttention(8, 2)  # train() mode
+    x = torch.randn(2, 3, 8)
+    assert att.dropout == 0.0
+    assert torch.equal(att(x)[0], att.eval()(x)[0])
+    with record_attention(att) as maps:
+        out, weights = att(x)  # the weights are formed for the record ...
+    assert weights is None and maps[""].shape == (2, 2, 3, 3)  # ... but not returned
