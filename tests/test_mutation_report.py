@@ -154,3 +154,10 @@ def test_status_page_renders_the_mutation_run(tmp_path):
     assert "course_lib.masks.x_causal__mutmut_1" in page
     assert "same &lt;fill&gt;" in page  # reasons are escaped
     assert "No mutation run recorded" in book._mutation_table({})
+
+
+def test_status_page_and_readme_show_the_mutation_run():
+    assert "```{course-mutation}" in (ROOT / "book" / "status.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert 'mutmut run "course_lib.masks*"' in readme and "tools/mutation_report.py" in readme
+    assert not (ROOT / "tests" / "mutation_check.py").exists()
