@@ -560,3 +560,219 @@ def test_cosine_attention_errors_are_clear():
         cosine_attention(x, x, x, 0.0)
     with pytest.raises(ValueError, match="0-dim tensor"):
         cosine_attention(x, x, x, torch.ones(2))
+
+
+# ---------------------------------------------------------------------------
+# Constructors, defaults and initialisation (written for the mutants that survived
+# the tests above: `mutmut run "course_lib.attention*"`, README "Mutation testing").
+# ---------------------------------------------------------------------------
+
+
+def test_additive_attention_defaults_its_hidden_size_and_scales_v():
+    """A = key_size unless given; v ~ U(-1, 1) / sqrt(A), as Bahdanau's code initialises it."""
+    assert AdditiveAttention(4, 6).v.shape == (6,)
+    assert AdditiveAttention(4, 6).w_query.weight.shape == (6, 4)
+    v = AdditiveAttention(4, 6, 400).v.detach()
+    bound = 1 / math.sqrt(400)
+    assert v.abs().max() <= bound and v.max() > 0.9 * bound and v.min() < -0.9 * bound
+
+
+def test_luong_attention_parameters_have_the_documented_shapes():
+    general = LuongAttention(5, 8)  # the general score by default
+    assert general.kind == "general" and general.weight.shape == (5, 8)  # W [d_q, d_k]
+    concat = LuongAttention(5, 8, "concat", attn_size=3)
+    assert concat.weight.shape == (3, 13) and concat.v.shape == (3,)
+    v = LuongAttention(5, 8, "concat", attn_size=400).v.detach()
+    bound = 1 / math.sqrt(400)
+    assert v.abs().max() <= bound and v.max() > 0.9 * bound and v.min() < -0.9 * bound
+    assert repr(general).endswith("(score='general')")
+
+
+def test_mha_starts_from_torchs_initialisation():
+    """Xavier-uniform in_proj_weight, zero biases, nothing recorded; the repr names the sizes."""
+    att = MultiHeadAttention(64, 4, dropout=0.1)
+    bound = math.sqrt(6 / (64 + 3 * 64))  # xavier_uniform_ on [3D, D]
+    w = att.in_proj_weight.detach()
+    assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+    assert (att.in_proj_bias == 0).all() and (att.out_proj.bias == 0).all()
+    assert att.last_weights is None
+    assert "embed_dim=64, num_heads=4, dropout=0.1" in repr(att)
+
+
+def test_mha_without_bias_matches_torch():
+    ref = nn.MultiheadAttention(8, 2, bias=False, batch_first=True).eval()
+    ours = MultiHeadAttention(8, 2, bias=False)
+    assert ours.in_proj_bias is None and ours.out_proj.bias is None
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 8)
+    assert _close(ours(x)[0], ref(x, x, x, need_weights=False)[0])
+
+
+def test_mha_sizes_at_the_edges():
+    MultiHeadAttention(1, 1)  # one head of width one is allowed
+    for embed_dim, num_heads in [(0, 1), (4, 0), (-4, -2), (6, 4)]:
+        with pytest.raises(ValueError, match="must be a positive multiple"):
+            MultiHeadAttention(embed_dim, num_heads)
+
+
+def test_score_errors_name_the_score_function():
+    q, k6 = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
+    with pytest.raises(ValueError, match=r"^dot_score: keys must be"):
+        dot_score(q, k6)
+    with pytest.raises(ValueError, match=r"^general_score: keys must be"):
+        general_score(q, torch.randn(3, 5, 6), torch.randn(4, 6))
+    with pytest.raises(ValueError, match=r"^additive_score: query must be"):
+        additive_score(torch.randn(3, 4), k6, torch.randn(7, 4), torch.randn(7, 6), torch.randn(7))
+    with pytest.raises(ValueError, match=r"^concat_score: query must be"):
+        concat_score(torch.randn(3, 4), k6, torch.randn(7, 10), torch.randn(7))
+
+
+def test_cosine_attention_small_scales_and_short_vectors():
+    """Any scale > 0 is allowed, also below 1 and as a tensor; a zero tensor is refused.
+    ``eps`` floors the norms: vectors shorter than it are not stretched to unit length."""
+    from course_lib.attention import cosine_attention
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 5, 8, generator=g) for _ in range(3))
+    out = cosine_attention(q, k, v, 0.5)
+    assert isinstance(out, torch.Tensor)  # the weights only when asked for
+    ref = F.scaled_dot_product_attention(
+        F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, scale=0.5
+    )
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(cosine_attention(q, k, v, torch.tensor(0.5)), ref)
+    # short vectors (norms ~0.03) are still normalised with the default eps ...
+    torch.testing.assert_close(cosine_attention(q / 100, k / 100, v, 0.5), ref)
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        cosine_attention(q, k, v, torch.tensor(0.0))
+    # ... but with eps = 1, a query or key of norm 1e-2 is divided by 1, not by its norm:
+    # its scores shrink to ~0 and its weights become uniform
+    _, w = cosine_attention(q / 100, k, v, 4.0, eps=1.0, return_weights=True)
+    torch.testing.assert_close(w, torch.full_like(w, 1 / 5), atol=0.05, rtol=0)
+    _, w = cosine_attention(q, k / 100, v, 4.0, eps=1.0, return_weights=True)
+    torch.testing.assert_close(w, torch.full_like(w, 1 / 5), atol=0.05, rtol=0)
+
+
+def test_sdpa_names_the_argument_that_is_not_a_matrix():
+    q, k, v = _qkv()
+    where = r"^scaled_dot_product_attention: "
+    with pytest.raises(
+        ValueError, match=where + r"query must be a tensor \[\.\.\., T, d\], got \[\]$"
+    ):
+        scaled_dot_product_attention([[1.0]], k, v)  # not a tensor: no shape
+    with pytest.raises(
+        ValueError, match=where + r"key must be a tensor \[\.\.\., S, d\], got \[8\]$"
+    ):
+        scaled_dot_product_attention(q, torch.randn(8), v)
+    with pytest.raises(
+        ValueError, match=where + r"value must be a tensor \[\.\.\., S, d\], got \[6\]$"
+    ):
+        scaled_dot_product_attention(q, k, torch.randn(6))
+    with pytest.raises(ValueError, match=where + r"key must be \[\.\.\., S, d_k=8\]"):
+        scaled_dot_product_attention(q, k[..., :4], v)
+
+
+def test_sdpa_dropout_drops_the_asked_fraction_of_weights():
+    q, k, v = _qkv(b=4, h=4, t=25, s=25)  # 10,000 weights
+    _, w = scaled_dot_product_attention(q, k, v, dropout_p=0.2, return_weights=True)
+    dropped = (w == 0).float().mean().item()
+    assert 0.15 < dropped < 0.25  # Binomial(10_000, 0.2): sd 0.004
+    kept = torch.softmax(q @ k.transpose(-2, -1) / 8**0.5, -1)
+    assert _close(w[w != 0], kept[w != 0] / 0.8)  # the survivors are scaled by 1 / (1 - p)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_the_causal_mask_is_built_on_the_queries_device(monkeypatch, need_weights):
+    """Both paths ask for the causal mask on the queries' device (checked by a spy: on
+    the CPU every device is the same one)."""
+    import course_lib.attention as A
+
+    asked = []
+
+    def spy(t, s=None, *, device=None):
+        asked.append(device)
+        return causal_mask(t, s, device=device)
+
+    monkeypatch.setattr(A, "causal_mask", spy)
+    att = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    att(x, mask=torch.ones(3, 3, dtype=torch.bool), is_causal=True, need_weights=need_weights)
+    assert asked == [x.device]
+
+
+def test_additive_attention_uses_its_values_and_mask():
+    att = AdditiveAttention(4, 6, 5)
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 7, 6), torch.randn(2, 7, 2)
+    mask = torch.rand(2, 3, 7) > 0.5
+    mask[..., 0] = True
+    with torch.no_grad():
+        e = additive_score(q, k, att.w_query.weight, att.w_key.weight, att.v)
+        c, w = att(q, k, v, mask)
+        c_keys, _ = att(q, k)  # values default to the keys
+    alpha = torch.softmax(e.masked_fill(~mask, float("-inf")), -1)
+    assert _close(w, alpha) and (w[~mask] == 0).all()
+    assert _close(c, alpha @ v)
+    assert _close(c_keys, torch.softmax(e, -1) @ k)
+
+
+def test_the_fused_path_takes_an_additive_mask_of_another_dtype():
+    """PyTorch's kernel refuses a float64 bias for bfloat16 queries: the fused path
+    casts an additive mask to the queries' dtype first."""
+    att = MultiHeadAttention(8, 2).to(torch.bfloat16)
+    x = torch.randn(2, 3, 8, dtype=torch.bfloat16)
+    bias = torch.randn(3, 3, dtype=torch.float64)
+    fused, _ = att(x, mask=bias)
+    taught, _ = att(x, mask=bias.to(torch.bfloat16), need_weights=True)
+    assert fused.dtype == torch.bfloat16
+    torch.testing.assert_close(fused, taught, atol=0.05, rtol=0.05)
+
+
+def test_mha_attends_to_the_values_it_is_given():
+    """Key and value different tensors (both default to the query): torch agrees, and
+    the errors name the module."""
+    ours, ref = _mha_pair()
+    q, k, v = torch.randn(2, 3, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    with torch.no_grad():
+        assert _close(ours(q, k, v)[0], ref(q, k, v, need_weights=False)[0])
+        assert _close(ours(q, k)[0], ref(q, k, k, need_weights=False)[0])
+    with pytest.raises(ValueError, match=r"^MultiHeadAttention: value must be \[B=2, S=5, D=16\]"):
+        ours(q, k, v[:, :4])
+
+
+def test_the_key_bias_matters_only_once_the_keys_are_rotated():
+    """q . (k_j + b) = q . k_j + q . b: a key bias shifts every score of a query by the
+    same amount, which the softmax ignores; after RoPE rotates k_j + b by an angle that
+    depends on j, it no longer does. So the key bias is checked with RoPE."""
+    from course_lib.position_hooks import RoPE
+
+    x = torch.randn(2, 5, 8)
+    outputs = {}
+    for rope in (False, True):
+        att = MultiHeadAttention(8, 2, position=RoPE(4) if rope else None).eval()
+        with torch.no_grad():
+            att.in_proj_bias.normal_()
+            with_bias = att(x)[0]
+            att.in_proj_bias[8:16] = 0  # the keys' bias
+            outputs[rope] = (with_bias, att(x)[0])
+    assert _close(*outputs[False])
+    assert not _close(*outputs[True])
+
+
+def test_a_position_bias_keeps_the_mask():
+    """ALiBi's bias is merged with the mask, not put in its place."""
+    from course_lib.position_hooks import ALiBi
+
+    att = MultiHeadAttention(8, 2, position=ALiBi(2)).eval()
+    mask = causal_mask(4)
+    _, w = att(torch.randn(2, 4, 8), mask=mask, need_weights=True)
+    assert (w[..., ~mask] == 0).all()
+
+
+def test_mha_defaults_to_no_dropout_and_returns_weights_only_when_asked():
+    att = MultiHeadAttention(8, 2)  # train() mode
+    x = torch.randn(2, 3, 8)
+    assert att.dropout == 0.0
+    assert torch.equal(att(x)[0], att.eval()(x)[0])
+    with record_attention(att) as maps:
+        out, weights = att(x)  # the weights are formed for the record ...
+    assert weights is None and maps[""].shape == (2, 2, 3, 3)  # ... but not returned

@@ -23,6 +23,11 @@
   Colab-like environment of ``tests/test_colab.py`` (``book/colab_run.json``,
   written with ``COLAB_ALL_CHAPTERS=1 COLAB_TIMES=...``), with the machine and
   the environment, against the 60 s budget.
+- The ``course-mutation`` directive renders the last mutation run
+  (``book/mutation.json``, written by ``tools/mutation_report.py`` from
+  ``mutmut run``'s results): per model module, the mutants killed, surviving,
+  equivalent (with their reasons), reached by no test and not run, and the
+  score.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -44,6 +49,7 @@ SWEEP_FILE = Path(__file__).resolve().parents[1] / "sweep.json"
 BENCHMARKS_FILE = Path(__file__).resolve().parents[1] / "benchmarks.json"
 GPU_RUN_FILE = Path(__file__).resolve().parents[1] / "gpu_run.json"
 COLAB_RUN_FILE = Path(__file__).resolve().parents[1] / "colab_run.json"
+MUTATION_FILE = Path(__file__).resolve().parents[1] / "mutation.json"
 
 
 class CourseHardware(SphinxDirective):
@@ -306,6 +312,61 @@ class CourseColabRun(SphinxDirective):
         return [nodes.raw("", _colab_run_table(data), format="html")]
 
 
+def _mutation_table(data: dict) -> str:
+    """The last mutation run: one row per model module, its counts and score."""
+    if not data.get("modules"):
+        return "<p>No mutation run recorded.</p>"
+    esc = html.escape
+    modules = data["modules"]
+    not_run = data.get("not_run", [])
+    intro = (
+        f"<p>Mutation run of {esc(data['date'])} (mutmut {esc(data.get('mutmut', '?'))}, "
+        f"commit {esc(data.get('commit', '?'))}). Score = (killed + timeout) / (mutants run "
+        "&minus; equivalent); a mutant that no test reaches counts as surviving."
+        + (f" Not run yet: {esc(', '.join(not_run))}." if not_run else "")
+        + "</p>"
+    )
+    cols = ("killed", "survived", "equivalent", "timeout", "no_tests", "not_run", "total")
+    head = "".join(f"<th>{c.replace('_', ' ')}</th>" for c in ("module", *cols, "score"))
+    body = []
+    for name, c in sorted(modules.items()):
+        score = "not run" if c.get("score") is None else f"{c['score']:.1f}%"
+        cells = "".join(f"<td>{c.get(k, 0)}</td>" for k in cols)
+        body.append(f"<tr><td>{esc(name)}</td>{cells}<td>{score}</td></tr>")
+    survivors = "".join(
+        f"<li>{esc(module)}: {esc(', '.join(names))}</li>"
+        for module, names in sorted(data.get("survivors", {}).items())
+    )
+    equivalent = "".join(
+        f"<li><code>{esc(e['mutant'])}</code>: {esc(e['reason'])}</li>"
+        for e in data.get("equivalent", [])
+    )
+    return (
+        intro
+        + f"<table class='course-mutation'><thead><tr>{head}</tr></thead>"
+        + f"<tbody>{''.join(body)}</tbody></table>"
+        + (
+            f"<p>Surviving mutants (no test fails on them):</p><ul>{survivors}</ul>"
+            if survivors
+            else ""
+        )
+        + (
+            f"<p>Equivalent mutants (they compute the same thing; not scored):</p><ul>{equivalent}</ul>"
+            if equivalent
+            else ""
+        )
+    )
+
+
+class CourseMutation(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(MUTATION_FILE))
+        data = json.loads(MUTATION_FILE.read_text()) if MUTATION_FILE.exists() else {}
+        return [nodes.raw("", _mutation_table(data), format="html")]
+
+
 def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -329,6 +390,7 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("course-benchmarks", CourseBenchmarks)
     app.add_directive("course-gpu-run", CourseGpuRun)
     app.add_directive("course-colab-run", CourseColabRun)
+    app.add_directive("course-mutation", CourseMutation)
     app.add_node(_HeavyNotebooks)
     app.add_post_transform(_FillHeavyNotebooks)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
