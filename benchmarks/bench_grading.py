@@ -31,8 +31,8 @@ def grade_submissions(
     copies: int = 10, jobs: int | None = None, hidden: bool = False, sandbox: bool = True
 ):
     """Grade ``copies`` x (solution, stub, wrong); returns ``(rows, seconds)``."""
-    from course_lib.grading.grade import grade_batch, write_csv
-    from course_lib.grading.notebook import read_notebook
+    from course_grader.grade import grade_batch, write_csv
+    from course_grader.notebook import read_notebook
 
     solution = read_notebook(ROOT / "solutions" / "ch01_lstm_cell.ipynb")
     stub = read_notebook(ROOT / "exercises" / "ch01_lstm_cell.ipynb")

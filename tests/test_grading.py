@@ -25,17 +25,17 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import checker, registry
-from course_lib.grading.check import check
-from course_lib.grading.grade import grade_batch, write_csv
-from course_lib.grading.notebook import (
+from course_grader.grade import grade_batch, write_csv
+from course_grader.notebook import (
     assignment_of,
     cell_source,
     code_cells,
     dumps_notebook,
     read_notebook,
 )
-from course_lib.grading.sync import SyncError, make_exercise, sync
+from course_grader.sync import SyncError, make_exercise, sync
+from course_lib.grading import checker, registry
+from course_lib.grading.check import check
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import cgroup
-from course_lib.grading.grade import grade_batch
-from course_lib.grading.notebook import read_notebook
+from course_grader import cgroup
+from course_grader.grade import grade_batch
+from course_grader.notebook import read_notebook
 from tests.test_grading import _code_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,8 +96,8 @@ def _by_name(rows) -> dict:
 # Here: 4 GB reserved (PROT_NONE), 1 GB of read-only "library", 1 GB writable, untouched.
 LIMITS_PROBE = """
 import mmap, os, sys
-from course_lib.grading.sandbox import Limits
-from course_lib.grading.student import _set_limits
+from course_grader.sandbox import Limits
+from course_grader.sandboxed.student import _set_limits
 
 private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000  # MAP_NORESERVE
 reserve = mmap.mmap(-1, 4 << 30, flags=private, prot=0)

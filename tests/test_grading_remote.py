@@ -18,11 +18,11 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.grading import wire
+from course_grader.remote import RemoteObject, Session, StudentGone
+from course_grader.sandbox import Limits
+from course_grader.sandboxed import wire
 from course_lib.grading.expect import TestFailed
-from course_lib.grading.remote import RemoteObject, Session, StudentGone
 from course_lib.grading.runner import RemoteError, student_error
-from course_lib.grading.sandbox import Limits
 
 
 def _roundtrip(value):

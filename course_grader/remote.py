@@ -1,6 +1,6 @@
 """The judge's view of a student's process: proxies for the notebook's functions.
 
-A :class:`Session` starts one student process (:mod:`course_lib.grading.student`),
+A :class:`Session` starts one student process (:mod:`course_grader.sandboxed.student`),
 in its sandbox unless told otherwise, sends it the notebook's cells, and
 collects what happened to them. Then :meth:`Session.namespace` gives the tests
 what they ask for by name: a :class:`RemoteObject` for each function the
@@ -51,10 +51,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_lib.grading import cgroup, sandbox, wire
+from course_grader import cgroup, sandbox
+from course_grader.sandboxed import wire
+from course_grader.sandboxed.messages import PORTABLE_ERRORS
 from course_lib.grading.expect import TestFailed
 from course_lib.grading.runner import RemoteError
-from course_lib.grading.student import PORTABLE_ERRORS
 
 __all__ = ["Session", "RemoteObject", "RemoteError", "StudentGone", "summarize"]
 

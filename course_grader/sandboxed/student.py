@@ -1,10 +1,10 @@
 """The student's side of grading: runs one notebook's cells, then answers calls.
 
-Started by the judge (:mod:`course_lib.grading.judge`) as
-``python -m course_lib.grading.student FD`` inside the submission's sandbox.
+Started by the judge (:mod:`course_grader.judge`) as
+``python -m course_grader.sandboxed.student FD`` inside the submission's sandbox.
 This process holds **only the student's code**: no test, no reference value,
 no score. It talks to the judge on the socket ``FD`` in messages of plain data
-(:mod:`course_lib.grading.wire`):
+(:mod:`course_grader.sandboxed.wire`):
 
 1. it receives the job (the code cells and the limits), sets its resource
    limits (and, when the sandbox started as root, drops to an unprivileged
@@ -37,32 +37,12 @@ import traceback
 import types
 from typing import Any
 
-from course_lib.grading import wire
-from course_lib.grading.sandbox import Limits
+from course_grader.sandboxed import wire
+from course_grader.sandboxed.messages import PORTABLE_ERRORS, Limits
 
 __all__ = ["main"]
 
 _TIMED_MAGICS = {"time", "timeit", "capture", "prun"}
-# Exceptions whose type the judge re-creates (so a test may catch ValueError, say).
-PORTABLE_ERRORS = {
-    "ValueError",
-    "TypeError",
-    "IndexError",
-    "KeyError",
-    "RuntimeError",
-    "NotImplementedError",
-    "ZeroDivisionError",
-    "ArithmeticError",
-    "AttributeError",
-    "NameError",
-    "LookupError",
-    "OverflowError",
-    "AssertionError",
-    "MemoryError",
-    "RecursionError",
-    "UnboundLocalError",
-    "FloatingPointError",
-}
 
 
 class _NeutralShell:
@@ -495,7 +475,7 @@ def _set_limits(limits: Limits) -> None:
     has mapped but not touched when the limits are set (see
     :func:`_unused_writable`). The control group, where there is one, limits
     the resident memory of the whole process tree
-    (:mod:`course_lib.grading.cgroup`).
+    (:mod:`course_grader.cgroup`).
     """
     import resource
 

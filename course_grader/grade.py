@@ -2,10 +2,10 @@
 
 :func:`grade_batch` reads each notebook, works out its assignment (the id in
 its metadata; else ``--assignment``; else a known id in the file name), and
-has a judge process (:mod:`~course_lib.grading.judge`) run its code cells in a
-sandboxed student process (:mod:`~course_lib.grading.student`) and then the
+has a judge process (:mod:`~course_grader.judge`) run its code cells in a
+sandboxed student process (:mod:`~course_grader.sandboxed.student`) and then the
 assignment's tests (visible and hidden), with a wall-clock timeout, memory and
-CPU limits (:mod:`~course_lib.grading.cgroup`) and a fresh temporary working
+CPU limits (:mod:`~course_grader.cgroup`) and a fresh temporary working
 folder. Whatever a submission does, it
 gets a :class:`Row` with a status and a short reason; nothing stops the batch.
 
@@ -46,11 +46,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.grading import cgroup
-from course_lib.grading.cgroup import check_memory_limit
-from course_lib.grading.flags import flag_cells
-from course_lib.grading.judge import MAX_RESTARTS, Job
-from course_lib.grading.notebook import NotebookError, assignment_of, code_cells, read_notebook
+from course_grader import cgroup
+from course_grader.cgroup import check_memory_limit
+from course_grader.flags import flag_cells
+from course_grader.judge import MAX_RESTARTS, Job
+from course_grader.notebook import NotebookError, assignment_of, code_cells, read_notebook
+from course_grader.sandbox import (
+    NO_SANDBOX_WARNING,
+    PACKAGE_PARENTS,
+    SandboxUnavailable,
+    require_bwrap,
+)
 from course_lib.grading.registry import (
     Assignment,
     hidden_tests_file,
@@ -60,13 +66,12 @@ from course_lib.grading.registry import (
     module_name,
 )
 from course_lib.grading.runner import HIDDEN_FAILED, HIDDEN_PASSED
-from course_lib.grading.sandbox import NO_SANDBOX_WARNING, SandboxUnavailable, require_bwrap
 
 __all__ = ["Row", "grade_batch", "write_csv", "write_feedback", "summary"]
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 MAX_RUNS = MAX_RESTARTS + 1
-SOLUTIONS_DIR = Path(PACKAGE_PARENT) / "solutions"
+#: The checkout's published solutions (for the copies-solution flag); absent in an install.
+SOLUTIONS_DIR = Path(__file__).resolve().parents[1] / "solutions"
 NOT_RUN = ("invalid-notebook", "unknown-assignment", "wrong-assignment", "grader-error")
 
 
@@ -86,7 +91,7 @@ class Row:
     cells_timeout: float = 60.0
     stopped_by: str = ""  # the grader's limit that stopped it ("memory 2048 MB", ...), if one did
     usage: dict = field(default_factory=dict)  # CPU and wall seconds, peak MB (not in the CSV)
-    bonus: float = 0.0  # the instructor's adjustment of the total (course_lib.grading.overrides)
+    bonus: float = 0.0  # the instructor's adjustment of the total (course_grader.overrides)
 
     @property
     def score(self) -> float:
@@ -213,7 +218,7 @@ def _judge_env() -> dict[str, str]:
         MPLBACKEND="Agg",
         PYTHONHASHSEED="0",
         PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p),
+        PYTHONPATH=os.pathsep.join(p for p in (*PACKAGE_PARENTS, env.get("PYTHONPATH")) if p),
     )
     return env
 
@@ -226,7 +231,7 @@ def _run_judge(job: Job, timeout: float) -> tuple[list[dict], int | None, bool, 
     """
     with tempfile.TemporaryDirectory(prefix="course-judge-") as workdir:
         proc = subprocess.Popen(
-            [sys.executable, "-s", "-P", "-m", "course_lib.grading.judge"],
+            [sys.executable, "-s", "-P", "-m", "course_grader.judge"],
             cwd=workdir,
             env=_judge_env(),
             stdin=subprocess.PIPE,
@@ -455,13 +460,13 @@ def grade_batch(
         clock) limits a submission's code cells, ``call_timeout`` each call of one
         of its functions by a test, ``memory_mb`` its memory (resident memory of its
     process tree where the machine has control groups, else writable memory per
-    process: see :mod:`~course_lib.grading.cgroup`), ``cpus`` the cores it may
+    process: see :mod:`~course_grader.cgroup`), ``cpus`` the cores it may
     use at once (control groups only; its processes are also niced);
         ``jobs`` submissions are graded at once (default: the number of CPU cores).
 
         Each submission runs in a ``bwrap`` sandbox (see
-        :mod:`~course_lib.grading.sandbox`); where there is none this raises
-        :class:`~course_lib.grading.sandbox.SandboxUnavailable`, unless
+        :mod:`~course_grader.sandbox`); where there is none this raises
+        :class:`~course_grader.sandbox.SandboxUnavailable`, unless
         ``sandbox=False`` (a class you trust: see ``NO_SANDBOX_WARNING``).
     """
     if sandbox:
@@ -560,7 +565,7 @@ def write_csv(rows: list[Row], path: str | Path) -> None:
     did: a row whose code the limit, not a bug, stopped can be graded again
     with a larger limit.
 
-    ``flags`` is for the instructor (see :mod:`~course_lib.grading.flags`): what
+    ``flags`` is for the instructor (see :mod:`~course_grader.flags`): what
     in the submission is worth a look, separated by ``; ``.
     """
     columns = _columns(rows)
@@ -730,7 +735,7 @@ def run_cli(args: argparse.Namespace) -> int:
     except SandboxUnavailable as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from course_lib.grading.outputs import write_outputs
+    from course_grader.outputs import write_outputs
 
     notes = write_outputs(args, rows)
     print(summary(rows, time.perf_counter() - start))

@@ -1,10 +1,10 @@
 """The judge: grades ONE submission, holding the tests, outside the student's process.
 
-Started by :mod:`course_lib.grading.grade` as ``python -m course_lib.grading.judge``
+Started by :mod:`course_grader.grade` as ``python -m course_grader.judge``
 (a trusted process: no student code ever runs in it). It reads a job (JSON on
 stdin: the code cells, the assignment id, the hidden tests' source, the
 limits), starts the student's process in its sandbox
-(:class:`~course_lib.grading.remote.Session`), and runs every test here,
+(:class:`~course_grader.remote.Session`), and runs every test here,
 handing each one proxies of the student's functions. It writes one JSON line
 per event on stdout:
 
@@ -30,11 +30,11 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from course_lib.grading import cgroup
+from course_grader import cgroup
+from course_grader.remote import Session, StudentGone
+from course_grader.sandbox import Limits
 from course_lib.grading.registry import TestSpec, load_assignment, load_hidden_tests
-from course_lib.grading.remote import Session, StudentGone
 from course_lib.grading.runner import run_test
-from course_lib.grading.sandbox import Limits
 
 __all__ = ["main", "Job"]
 
