@@ -20,7 +20,7 @@ Control groups need write access to the hierarchy: root, or a delegated
 subtree (``systemd-run --user --scope -p Delegate=yes python -m
 course_lib.grading grade ...``). Where neither is there, :func:`support`
 says so and the student process falls back on its own limits (see
-:func:`course_grader.sandboxed.student._set_limits`): ``RLIMIT_DATA`` (writable
+:func:`course_grader.sandboxed.rlimits.set_limits`): ``RLIMIT_DATA`` (writable
 private memory, which reserved or read-only mappings such as a library's code
 do not count), ``RLIMIT_CPU`` per process, ``RLIMIT_NPROC`` and ``nice``.
 """

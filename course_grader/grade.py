@@ -28,181 +28,47 @@ so the same files give the same CSV.
 from __future__ import annotations
 
 import argparse
-import ast
-import csv
-import importlib
-import inspect
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from course_grader import cgroup
+from course_grader.catalog import _Assignments
 from course_grader.cgroup import check_memory_limit
+from course_grader.events import Done, Event, Job, Stopped, TestOutcome, UsageReport, from_line
 from course_grader.flags import flag_cells
-from course_grader.judge import MAX_RESTARTS, Job
+from course_grader.judge import MAX_RESTARTS
 from course_grader.notebook import NotebookError, assignment_of, code_cells, read_notebook
+from course_grader.results import (
+    Row,
+    _fmt,
+    _one_line,
+    summary,
+    write_csv,
+    write_feedback,
+)
 from course_grader.sandbox import (
     NO_SANDBOX_WARNING,
     PACKAGE_PARENTS,
     SandboxUnavailable,
     require_bwrap,
 )
+from course_grader.sandboxed.messages import Cell, CellFailed, CellsDone, Limits, Started
 from course_lib.grading.registry import (
     Assignment,
     hidden_tests_file,
-    known_assignments,
-    load_assignment,
-    load_hidden_tests,
-    module_name,
 )
 from course_lib.grading.runner import HIDDEN_FAILED, HIDDEN_PASSED
 
 __all__ = ["Row", "grade_batch", "write_csv", "write_feedback", "summary"]
 
 MAX_RUNS = MAX_RESTARTS + 1
-#: The checkout's published solutions (for the copies-solution flag); absent in an install.
-SOLUTIONS_DIR = Path(__file__).resolve().parents[1] / "solutions"
-NOT_RUN = ("invalid-notebook", "unknown-assignment", "wrong-assignment", "grader-error")
-
-
-@dataclass
-class Row:
-    """One submission's line in the gradebook."""
-
-    submission: str
-    assignment: str
-    status: str
-    reason: str = ""
-    spec: Assignment | None = None
-    earned: dict[str, float] = field(default_factory=dict)
-    messages: dict[str, str] = field(default_factory=dict)
-    calls: dict[str, str] = field(default_factory=dict)  # failed visible test -> what it called
-    flags: list[str] = field(default_factory=list)
-    cells_timeout: float = 60.0
-    stopped_by: str = ""  # the grader's limit that stopped it ("memory 2048 MB", ...), if one did
-    usage: dict = field(default_factory=dict)  # CPU and wall seconds, peak MB (not in the CSV)
-    bonus: float = 0.0  # the instructor's adjustment of the total (course_grader.overrides)
-
-    @property
-    def score(self) -> float:
-        return round(sum(self.earned.values()), 6)
-
-    @property
-    def max_score(self) -> float | None:
-        return self.spec.max_score if self.spec else None
-
-
-def _fmt(x: float | None) -> str:
-    return "" if x is None else f"{round(x, 4):g}"
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class Redactor:
-    """Blanks out any piece of a hidden test's source that would appear in grading output.
-
-    The pieces are every line of the hidden tests' files and every string in
-    them (at least 8 characters), except those the public tests module shows
-    anyway. The grader never puts hidden text in a row; this is the second
-    lock, for text a submission produced (an error message, a returned value).
-    """
-
-    MIN_LENGTH = 8
-
-    def __init__(self, hidden_sources: list[str] = (), public_sources: list[str] = ()) -> None:
-        public = "\n".join(public_sources)
-        pieces: set[str] = set()
-        for source in hidden_sources:
-            pieces.update(line.strip() for line in source.splitlines())
-            try:
-                tree = ast.parse(source)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                tree = None
-            for node in ast.walk(tree) if tree is not None else ():
-                if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                    pieces.update(p.strip() for p in node.value.splitlines())
-                    pieces.add(node.value)
-        self.pieces = sorted(
-            (p for p in pieces if len(p.strip()) >= self.MIN_LENGTH and p not in public),
-            key=len,
-            reverse=True,
-        )
-
-    def __call__(self, text: str) -> str:
-        for piece in self.pieces:
-            if piece in text:
-                text = text.replace(piece, "[hidden]")
-        return text
-
-
-class _Assignments:
-    """Assignments with their hidden tests, loaded once per batch."""
-
-    def __init__(self, hidden_dir: str | Path | None) -> None:
-        self.hidden_dir = hidden_dir
-        self.known = known_assignments()
-        self._cache: dict[str, tuple[Assignment, str | None]] = {}
-        self._lock = threading.Lock()
-        self.redactor = Redactor()
-
-    def get(self, assignment_id: str) -> tuple[Assignment, str | None]:
-        with self._lock:
-            return self._get(assignment_id)
-
-    def _get(self, assignment_id: str) -> tuple[Assignment, str | None]:
-        if assignment_id not in self._cache:
-            spec = load_assignment(assignment_id)
-            source = None
-            path = hidden_tests_file(self.hidden_dir, assignment_id)
-            if path is not None:
-                source = path.read_text(encoding="utf-8")
-                try:
-                    hidden = load_hidden_tests(source)
-                except Exception as err:
-                    raise SystemExit(
-                        f"error: the hidden tests in {path} do not load "
-                        f"({type(err).__name__}: {err}); fix that file and grade again"
-                    ) from None
-                spec = spec.with_hidden(hidden)
-            self._cache[assignment_id] = (spec, source)
-            self.redactor = Redactor(
-                [src for _, src in self._cache.values() if src],
-                [inspect.getsource(importlib.import_module(module_name(a))) for a in self._cache],
-            )
-        return self._cache[assignment_id]
-
-    def solution(self, assignment_id: str) -> dict | None:
-        """The published solution notebook of ``assignment_id`` (for the copies-solution flag)."""
-        with self._lock:
-            if not hasattr(self, "_solutions"):
-                self._solutions: dict[str, dict] = {}
-                for path in sorted(SOLUTIONS_DIR.glob("*.ipynb")):
-                    try:
-                        nb = read_notebook(path)
-                    except NotebookError:
-                        continue
-                    aid = assignment_of(nb)
-                    if aid:
-                        self._solutions.setdefault(aid, nb)
-            return self._solutions.get(assignment_id)
-
-    def from_file_name(self, path: Path) -> str | None:
-        name = path.name.lower().replace("_", "-")
-        matches = [a for a in self.known if a in name]
-        return max(matches, key=len) if matches else None
 
 
 def _judge_env() -> dict[str, str]:
@@ -223,7 +89,7 @@ def _judge_env() -> dict[str, str]:
     return env
 
 
-def _run_judge(job: Job, timeout: float) -> tuple[list[dict], int | None, bool, str]:
+def _run_judge(job: Job, timeout: float) -> tuple[list[Event], int | None, bool, str]:
     """Run one job in a judge process; return (events, return code, timed out?, last stderr line).
 
     The judge is trusted (the student's code runs in the sandbox it starts), so
@@ -247,14 +113,7 @@ def _run_judge(job: Job, timeout: float) -> tuple[list[dict], int | None, bool, 
             _kill_group(proc.pid)
             out, err = proc.communicate()
         _kill_group(proc.pid)
-    events = []
-    for line in out.decode(errors="replace").splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
+    events = [e for line in out.decode(errors="replace").splitlines() if (e := from_line(line))]
     lines = err.decode(errors="replace").strip().splitlines()
     return events, proc.returncode, timed_out, lines[-1] if lines else ""
 
@@ -266,7 +125,7 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _score_tests(row: Row, events: list[dict]) -> list[tuple]:
+def _score_tests(row: Row, events: list[Event]) -> list[tuple]:
     """Fill ``row.earned`` and ``row.messages`` from the test events; the tests the process
     stopped in, with how it stopped."""
     spec = row.spec
@@ -274,21 +133,21 @@ def _score_tests(row: Row, events: list[dict]) -> list[tuple]:
     by_id = {t.id: t for t in spec.tests}
     stopped_tests = []
     for e in events:
-        if e.get("event") == "test" and e.get("id") in by_id:
-            t = by_id[e["id"]]
+        if isinstance(e, TestOutcome) and e.id in by_id:
+            t = by_id[e.id]
             try:
-                fraction = min(max(float(e.get("fraction", 0.0)), 0.0), 1.0)
+                fraction = min(max(float(e.fraction), 0.0), 1.0)
             except (TypeError, ValueError):
                 fraction = 0.0
             row.earned[t.id] = round(t.points * fraction, 6)
             if t.hidden:
                 row.messages[t.id] = HIDDEN_PASSED if fraction >= 1.0 else HIDDEN_FAILED
             else:
-                row.messages[t.id] = _one_line(e.get("message", ""), 600)
-                if e.get("call") and fraction < 1.0:
-                    row.calls[t.id] = _one_line(e["call"], 200)
-            if e.get("kind"):
-                stopped_tests.append((t, str(e["kind"])))
+                row.messages[t.id] = _one_line(str(e.message), 600)
+                if e.call and fraction < 1.0:
+                    row.calls[t.id] = _one_line(str(e.call), 200)
+            if e.kind:
+                stopped_tests.append((t, str(e.kind)))
     for t in spec.tests:
         if t.id not in row.earned:
             row.earned[t.id] = 0.0
@@ -296,10 +155,10 @@ def _score_tests(row: Row, events: list[dict]) -> list[tuple]:
     return stopped_tests
 
 
-def _stopped(row: Row, event: dict, memory_mb: int | None) -> None:
+def _stopped(row: Row, event: Stopped, memory_mb: int | None) -> None:
     """Status and reason of a submission whose code cells never finished."""
-    kind = event.get("kind")
-    detail = str(event.get("reason") or "")
+    kind = event.kind
+    detail = str(event.reason or "")
     if kind == "timeout":
         row.status, row.stopped_by = "timeout", f"wall clock {row.cells_timeout:g} s"
         row.reason = (
@@ -324,7 +183,7 @@ def _stopped(row: Row, event: dict, memory_mb: int | None) -> None:
 
 def _finish(
     row: Row,
-    events: list[dict],
+    events: list[Event],
     returncode: int | None,
     timed_out: bool,
     stderr: str,
@@ -334,21 +193,21 @@ def _finish(
     spec = row.spec
     assert spec is not None
     stopped_tests = _score_tests(row, events)
-    kinds = {e.get("event") for e in events}
-    cells = [e for e in events if e.get("event") == "cell"]
-    stopped = [e for e in events if e.get("event") == "stopped"]
+    kinds = {type(e) for e in events}
+    cells = [e for e in events if isinstance(e, CellFailed)]
+    stopped = [e for e in events if isinstance(e, Stopped)]
     for e in events:
-        if e.get("event") == "usage":
-            row.usage = {k: e.get(k) for k in ("cpu_seconds", "wall_seconds", "peak_mb", "limits")}
-    stage = "the tests" if "cells-done" in kinds else "its code cells"
+        if isinstance(e, UsageReport):
+            row.usage = asdict(e)
+    stage = "the tests" if CellsDone in kinds else "its code cells"
     if timed_out:
         row.status, row.stopped_by = "timeout", f"wall clock {timeout:g} s"
         row.reason = f"grading did not finish within {timeout:g} s"
     elif stopped:
         _stopped(row, stopped[0], memory_mb)
-    elif "done" not in kinds:
+    elif Done not in kinds:
         row.status = "crashed"
-        if "started" not in kinds:
+        if Started not in kinds:
             row.reason = (
                 f"the grading process failed to start: {stderr or f'exit code {returncode}'}"
             )
@@ -362,11 +221,11 @@ def _finish(
         row.reason = f"{test.id}: {row.messages[test.id]}"
     elif cells:
         first = cells[0]
-        row.status = str(first.get("kind", "cell-error"))
+        row.status = str(first.kind)
         if row.status == "memory-limit":
             row.stopped_by = f"memory {memory_mb} MB"
         more = f" (and {len(cells) - 1} more failing cells)" if len(cells) > 1 else ""
-        row.reason = _one_line(first.get("reason", "")) + more
+        row.reason = _one_line(first.reason) + more
     else:
         failed = [t for t in spec.tests if row.earned[t.id] < t.points]
         if not failed:
@@ -425,11 +284,13 @@ def _grade_one(
     row.flags = flag_cells(cells, solution, given)
     job = Job(
         assignment=assignment_id,
-        cells=[{"number": c.number, "source": c.source} for c in cells],
+        cells=[Cell(c.number, c.source) for c in cells],
         hidden_source=hidden_source,
-        memory_mb=options["memory_mb"],
-        cpus=options["cpus"],
-        cpu_seconds=int(options["timeout"] + len(spec.tests) * options["call_timeout"]) + 10,
+        limits=Limits(
+            memory_mb=options["memory_mb"],
+            cpus=options["cpus"],
+            cpu_seconds=int(options["timeout"] + len(spec.tests) * options["call_timeout"]) + 10,
+        ),
         timeout=options["timeout"],
         call_timeout=options["call_timeout"],
         sandboxed=options["sandbox"],
@@ -538,180 +399,6 @@ def _grade_safely(name: str, assignment: str | None, book: _Assignments, options
     row.messages = {k: redact(v) for k, v in row.messages.items()}
     row.calls = {k: redact(v) for k, v in row.calls.items()}
     return row
-
-
-def _cell_text(text: str) -> str:
-    """Text for a CSV cell that a spreadsheet will not run as a formula."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def _columns(rows: list[Row]) -> list[tuple[str, str, str]]:
-    """(column name, assignment id, test id) for every test of every assignment in the batch."""
-    specs = {r.spec.id: r.spec for r in rows if r.spec is not None}
-    prefix = len(specs) > 1
-    return [
-        ((f"{aid}/" if prefix else "") + t.id, aid, t.id)
-        for aid in sorted(specs)
-        for t in specs[aid].tests
-    ]
-
-
-def write_csv(rows: list[Row], path: str | Path) -> None:
-    """The gradebook: submission, assignment, score, max_score, status, a column per test,
-    stopped_by, reason, flags.
-
-    ``stopped_by`` names the grader's limit that stopped the submission
-    (``memory 2048 MB``, ``wall clock 60 s``, ``CPU time``), empty when none
-    did: a row whose code the limit, not a bug, stopped can be graded again
-    with a larger limit.
-
-    ``flags`` is for the instructor (see :mod:`~course_grader.flags`): what
-    in the submission is worth a look, separated by ``; ``.
-    """
-    columns = _columns(rows)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f, lineterminator="\n")
-        out.writerow(
-            [
-                "submission",
-                "assignment",
-                "score",
-                "max_score",
-                "status",
-                *(c[0] for c in columns),
-                "stopped_by",
-                "reason",
-                "flags",
-            ]
-        )
-        for r in rows:
-            cells = [
-                _fmt(r.earned.get(tid, 0.0)) if r.assignment == aid and r.spec else ""
-                for _, aid, tid in columns
-            ]
-            out.writerow(
-                [
-                    _cell_text(r.submission),
-                    r.assignment,
-                    _fmt(r.score),
-                    _fmt(r.max_score),
-                    r.status,
-                    *cells,
-                    r.stopped_by,
-                    _cell_text(r.reason),
-                    "; ".join(r.flags),
-                ]
-            )
-
-
-def read_notebook_quietly(path: str | Path) -> dict | None:
-    """The notebook at ``path``, or None when it is not one (for its metadata only)."""
-    try:
-        return read_notebook(path)
-    except (NotebookError, OSError):
-        return None
-
-
-def write_feedback(
-    rows: list[Row], folder: str | Path, extra: dict[str, list[str]] | None = None
-) -> list[Path]:
-    """One text file per submission, for the student: score, status and a line per test.
-
-    ``extra[submission]``: more lines after the score (the instructor's
-    adjustments, a late penalty).
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for r in rows:
-        name = re.sub(r"[^\w.-]+", "_", r.submission.removesuffix(".ipynb")).strip("_") + ".txt"
-        lines = [
-            f"Submission: {r.submission}",
-            f"Assignment: {r.assignment or '?'}",
-            f"Score: {_fmt(r.score)} / {_fmt(r.max_score) or '?'}",
-            f"Status: {r.status}" + (f" ({r.reason})" if r.reason else ""),
-            *(extra or {}).get(r.submission, []),
-            "",
-        ]
-        if r.spec is not None:
-            for t in r.spec.tests:
-                earned = r.earned.get(t.id, 0)
-                mark = "PASS" if earned >= t.points else ("PART" if earned > 0 else "FAIL")
-                title = "" if t.hidden else f"  {t.title}"  # a hidden test's doc stays hidden
-                lines.append(f"{mark}  {t.id}  {_fmt(earned)}/{_fmt(t.points)}{title}")
-                message = r.messages.get(t.id, "")
-                if mark != "PASS" and t.id in r.calls:
-                    lines.append(f"      called: {r.calls[t.id]}")
-                if mark != "PASS" and message:
-                    lines.append(f"      {message}")
-            lines += ["", CELL_NUMBERS_NOTE]
-        path = folder / name
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
-
-
-CELL_NUMBERS_NOTE = (
-    "Code cells are counted from the top of the notebook, markdown cells left out: "
-    "code cell 3 is the one numbered [3] after Restart & Run all (Jupyter: Kernel menu; "
-    "Colab: Runtime > Restart session and run all)."
-)
-
-
-def summary(rows: list[Row], seconds: float | None = None) -> str:
-    """Counts, mean score and failures by reason, as printed at the end of a batch."""
-    n = len(rows)
-    assignments = sorted({r.assignment for r in rows if r.assignment})
-    took = f" in {seconds:.1f} s" if seconds is not None else ""
-    lines = [
-        f"Graded {n} submission{'s' * (n != 1)} ({', '.join(assignments) or 'no known assignment'}){took}."
-    ]
-    scored = [r for r in rows if r.max_score]
-    if scored:
-        mean = sum(r.score for r in scored) / len(scored)
-        pct = 100 * sum(r.score / r.max_score for r in scored) / len(scored)
-        maxes = {_fmt(r.max_score) for r in scored}
-        out_of = f" / {maxes.pop()}" if len(maxes) == 1 else ""
-        lines.append(
-            f"Mean score: {mean:.2f}{out_of} ({pct:.1f}%); full marks: "
-            f"{sum(r.score >= r.max_score for r in scored)} of {n}."
-        )
-    statuses = Counter(r.status for r in rows)
-    lines.append("By status: " + ", ".join(f"{s} {k}" for s, k in sorted(statuses.items())))
-    failures = [r for r in rows if r.status != "ok"]
-    if failures:
-        lines.append("Failures by reason:")
-        for status in sorted({r.status for r in failures}):
-            these = [r for r in failures if r.status == status]
-            lines.append(f"  {status} ({len(these)}):")
-            for reason, count in sorted(
-                Counter(r.reason for r in these).items(), key=lambda x: (-x[1], x[0])
-            ):
-                names = [r.submission for r in these if r.reason == reason]
-                shown = ", ".join(names[:3]) + (
-                    f" and {len(names) - 3} more" if len(names) > 3 else ""
-                )
-                lines.append(f"    {count} x {reason}")
-                lines.append(f"        {shown}")
-    prefix = len(assignments) > 1
-    failed_tests = Counter(
-        (f"{r.assignment}/" if prefix else "") + t.id
-        for r in rows
-        if r.spec is not None and r.status not in NOT_RUN
-        for t in r.spec.tests
-        if r.earned.get(t.id, 0) < t.points
-    )
-    if failed_tests:
-        top = ", ".join(
-            f"{t} ({k})" for t, k in sorted(failed_tests.items(), key=lambda x: (-x[1], x[0]))[:5]
-        )
-        lines.append(f"Tests failed most often: {top}")
-    flagged = [r for r in rows if r.flags]
-    if flagged:
-        names = ", ".join(r.submission for r in flagged[:5])
-        more = f" and {len(flagged) - 5} more" if len(flagged) > 5 else ""
-        lines.append(f"Flagged for a look ({len(flagged)}; see the flags column): {names}{more}")
-    return "\n".join(lines)
 
 
 def run_cli(args: argparse.Namespace) -> int:

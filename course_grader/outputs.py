@@ -16,8 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from course_grader import gradebook, late, overrides, roster
-from course_grader.grade import _columns, read_notebook_quietly, write_csv, write_feedback
 from course_grader.report import write_report
+from course_grader.results import _columns, read_notebook_quietly, write_csv, write_feedback
 
 __all__ = ["class_options_given", "write_outputs", "run_gradebook_cli"]
 

@@ -38,36 +38,21 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import os
-import re
-import signal
-import socket
-import subprocess
-import tempfile
 import time
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 
-from course_grader import cgroup, sandbox
+from course_grader.process import StudentGone, StudentProcess
 from course_grader.sandboxed import wire
-from course_grader.sandboxed.messages import PORTABLE_ERRORS
+from course_grader.sandboxed.messages import PORTABLE_ERRORS, identifier, short_text
 from course_lib.grading.expect import TestFailed
 from course_lib.grading.runner import RemoteError
 
 __all__ = ["Session", "RemoteObject", "RemoteError", "StudentGone", "summarize"]
 
 MISSING = object()
-
-
-class StudentGone(TestFailed):
-    """The student's process stopped answering: a timeout, a crash or a broken protocol."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind  # "timeout", "crashed", "protocol", "gone"
 
 
 _error_types: dict[str, type] = {}
@@ -79,10 +64,10 @@ def remote_error(report: Any) -> RemoteError:
         report = {}
     clean = {
         "type": report.get("type") if report.get("type") in PORTABLE_ERRORS else "",
-        "name": _ident(report.get("name"), "Exception"),
-        "summary": _text(report.get("summary"), 300),
-        "where": _text(report.get("where"), 80),
-        "line": _text(report.get("line"), 120),
+        "name": identifier(report.get("name"), "Exception"),
+        "summary": short_text(report.get("summary"), 300),
+        "where": short_text(report.get("where"), 80),
+        "line": short_text(report.get("line"), 120),
         "exit": report.get("exit") is True,
         "memory": report.get("memory") is True,
         "unsendable": report.get("unsendable") is True,
@@ -95,16 +80,6 @@ def remote_error(report: Any) -> RemoteError:
     err = _error_types[key]()
     err.report = clean
     return err
-
-
-def _text(value: Any, limit: int) -> str:
-    text = " ".join(value.split()) if isinstance(value, str) else ""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _ident(value: Any, default: str) -> str:
-    text = re.sub(r"\W", "", value)[:60] if isinstance(value, str) else ""
-    return text if text and not text[0].isdigit() else default
 
 
 # -- remote objects ------------------------------------------------------------------------------
@@ -137,7 +112,7 @@ _remote_types: dict[str, type] = {}
 
 
 def _remote_class(type_name: str) -> type:
-    name = _ident(type_name, "object")
+    name = identifier(type_name, "object")
     if name not in _remote_types:
         _remote_types[name] = type(name, (RemoteObject,), {"__slots__": (), "remote_type": name})
     return _remote_types[name]
@@ -230,7 +205,7 @@ class _JudgeCodec(wire.Codec):
         if callable(value):
             cid = len(self.callbacks) + 1
             self.callbacks[cid] = value
-            return {"cb": [cid, _ident(type(value).__name__, "function")]}
+            return {"cb": [cid, identifier(type(value).__name__, "function")]}
         raise wire.Unsendable(
             f"a test passes a {type(value).__name__} to the student's function, which cannot "
             "cross to the student's process (plain data, torch.nn modules and functions can)"
@@ -309,218 +284,7 @@ def _replace(value: Any, new: dict[int, torch.Tensor]) -> Any:
     return value
 
 
-# -- the session ---------------------------------------------------------------------------------
-
-
-CELL_KINDS = ("syntax-error", "cell-error", "exit", "memory-limit")
-
-
-def _cell_event(header: dict) -> dict:
-    """The judge's event for a message the student process sends while its cells run."""
-    ev = header.get("ev")
-    if ev == "cell":
-        number = header.get("number")
-        kind = header.get("kind")
-        return {
-            "event": "cell",
-            "number": number if type(number) is int else 0,
-            "kind": kind if kind in CELL_KINDS else "cell-error",
-            "reason": _text(header.get("reason"), 300),
-        }
-    if ev in ("started", "cells-done"):
-        return {"event": ev}
-    raise wire.ProtocolError("unexpected message while the cells ran")
-
-
-class _StudentProcess:
-    """The life of one student process: started in its sandbox and control group, its cells
-    run, then killed once, with what ended it (:class:`Session` adds the requests)."""
-
-    def __init__(
-        self,
-        cells: list[dict],
-        limits: sandbox.Limits,
-        sandboxed: bool = True,
-        cells_timeout: float = 60.0,
-        call_timeout: float = 10.0,
-        uid: int | None = None,
-        max_bytes: int = 256 << 20,
-    ) -> None:
-        self.cells = cells
-        self.limits = limits
-        self.sandboxed = sandboxed
-        self.cells_timeout = cells_timeout
-        self.call_timeout = call_timeout
-        self.uid = uid
-        self.max_bytes = max_bytes
-        self.proc: subprocess.Popen | None = None
-        self.sock: socket.socket | None = None
-        self.dead: str | None = None  # why the session ended, when it did
-        self.dead_kind: str | None = None
-        self.hidden = False  # the current test is hidden: say nothing of it to the student
-        self.calls: list[str] = []  # what the current test called
-        self.fatal_call: str | None = None  # the function whose call ended the session
-        self._next_id = 0
-        self._names: dict[str, Any] = {}
-        self._stderr = None
-        self._workdir: tempfile.TemporaryDirectory | None = None
-        self.group: cgroup.Group | None = None  # its control group, where the machine allows
-        self.usage = cgroup.Usage()  # CPU time, wall time and memory of the process tree
-        self._started = 0.0
-
-    def start(self) -> tuple[list[dict], str | None, str | None]:
-        """Start the process and run the cells: (events, failure kind, failure reason).
-
-        ``failure kind`` is None when every cell ran (failing cells are events,
-        not failures), else ``"timeout"``, ``"crashed"`` or ``"protocol"``.
-        """
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        read_args, write_args = os.pipe()
-        argv, options, env, _ = sandbox.student_command(
-            self.sandboxed, self.limits, child.fileno(), read_args, self.uid
-        )
-        if options is not None:
-            os.write(write_args, options)  # a few kB: fits in the pipe
-        os.close(write_args)
-        self._stderr = tempfile.TemporaryFile()
-        cwd = None
-        if not self.sandboxed:
-            self._workdir = tempfile.TemporaryDirectory(prefix="course-grade-")
-            cwd = self._workdir.name
-            env = {**env, "HOME": cwd, "TMPDIR": cwd}
-        limits = self.limits
-        processes = limits.processes if self.sandboxed else None
-        self.group = cgroup.create(limits.memory_mb, limits.cpus, processes)
-        self._started = time.monotonic()
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                preexec_fn=self.group.enter if self.group else None,
-                stdin=subprocess.DEVNULL,
-                stdout=self._stderr,
-                stderr=self._stderr,
-                pass_fds=(child.fileno(), read_args),
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-            )
-        finally:
-            child.close()
-            os.close(read_args)
-        self.sock = parent
-        events: list[dict] = []
-        deadline = time.monotonic() + self.cells_timeout
-        try:
-            wire.send(parent, self._job())
-            while True:
-                header, _ = wire.recv(parent, deadline, limit=1 << 20)
-                event = _cell_event(header)
-                events.append(event)
-                if event["event"] == "cells-done":
-                    return events, None, None
-        except wire.Timeout:
-            self.kill("timeout", "")
-            return events, "timeout", None
-        except (wire.Closed, OSError):
-            code = self.kill("crashed", "")
-            return events, self.dead_kind, self._death(code)
-        except wire.ProtocolError as err:
-            self.kill("protocol", "")
-            return events, "protocol", f"the notebook's process broke the grading protocol ({err})"
-
-    def _job(self) -> dict:
-        """The first message to the student process: the cells and its limits."""
-        processes = self.limits.processes if self.sandboxed else 0
-        limits = dataclasses.replace(self.limits, processes=processes, extra_env={})
-        return {"cells": self.cells, "sandboxed": self.sandboxed, "limits": asdict(limits)}
-
-    def _death(self, code: int | None) -> str:
-        if self.dead_kind == "memory-limit":
-            return f"stopped by the grader's memory limit ({self.limits.memory_mb} MB resident)"
-        if code is not None and code < 0:
-            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-            return f"killed by {name}"
-        tail = b""
-        if self._stderr is not None:
-            try:
-                self._stderr.seek(0, os.SEEK_END)
-                size = self._stderr.tell()
-                self._stderr.seek(max(0, size - 2000))
-                tail = self._stderr.read()
-            except (OSError, ValueError):
-                pass
-        lines = tail.decode(errors="replace").strip().splitlines()
-        return f"exit code {code}" + (f"; {lines[-1][:200]}" if lines else "")
-
-    def kill(self, kind: str, message: str) -> int | None:
-        """End the process tree (the whole sandbox), once; return its exit code."""
-        if self.dead is None:
-            self.dead, self.dead_kind = message or kind, kind
-            self.fatal_call = getattr(self, "_calling", None)
-        code = None
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-        if self.proc is not None:
-            if kind == "crashed":  # it is ending by itself: let it, to learn its exit code
-                try:
-                    self.proc.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    pass
-            if self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                try:
-                    self.proc.kill()
-                except OSError:
-                    pass
-            try:
-                code = self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                code = None
-            try:  # an unsandboxed child that ran setsid: its group, if it kept one
-                os.killpg(self.proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self._end_group()
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-        return code
-
-    def _end_group(self) -> None:
-        """Record the tree's usage, learn whether the memory limit killed it, delete its group."""
-        if self._started:
-            self.usage.wall_seconds += time.monotonic() - self._started
-            self._started = 0.0
-        if self.group is None:
-            return
-        self.usage.add(self.group)
-        if self.group.oom_killed() and self.dead_kind == "crashed":
-            self.dead_kind = "memory-limit"
-            self.dead = (
-                f"stopped by the grader's memory limit ({self.limits.memory_mb} MB resident)"
-            )
-        self.group.remove()
-        self.group = None
-
-    def close(self) -> None:
-        if self.dead is None and self.sock is not None:
-            try:
-                wire.send(self.sock, {"op": "bye"})
-            except OSError:
-                pass
-        self.kill("gone", "the session was closed")
-
-
-class Session(_StudentProcess):
+class Session(StudentProcess):
     """One student process, its cells run, answering the tests' calls (see the module docstring)."""
 
     def _check(self) -> None:
@@ -553,7 +317,7 @@ class Session(_StudentProcess):
         except (wire.Closed, OSError):
             code = self.kill("crashed", f"the process died during {label}")
             raise StudentGone(
-                f"the notebook's process died during {label} ({self._death_text(code)})",
+                f"the notebook's process died during {label} ({self._deathshort_text(code)})",
                 self.dead_kind or "crashed",
             ) from None
         except wire.ProtocolError as err:
@@ -568,7 +332,7 @@ class Session(_StudentProcess):
                 "protocol",
             ) from None
 
-    def _death_text(self, code: int | None) -> str:
+    def _deathshort_text(self, code: int | None) -> str:
         if self.dead_kind == "memory-limit":
             return self.dead
         if code is None:
@@ -605,7 +369,7 @@ class Session(_StudentProcess):
                 reply["err"] = (
                     "the grader's function rejected the call"
                     if self.hidden
-                    else _text(f"{type(exc).__name__}: {exc}", 300)
+                    else short_text(f"{type(exc).__name__}: {exc}", 300)
                 )
         wire.send(self.sock, reply, out)
 

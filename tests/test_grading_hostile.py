@@ -43,6 +43,7 @@ import pytest
 
 from course_grader.notebook import cell_source, read_notebook
 from course_grader.sandbox import SandboxUnavailable, require_bwrap
+from course_grader.sandboxed.messages import Cell, CellFailed
 from tests.test_grading import _code_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -644,10 +645,10 @@ for path in ("/usr/x", "/opt/course/course_lib/x", "/x", {str(ROOT / "x")!r}):
         seen[path] = "read-only"
 open("/tmp/x", "w").write("private")
 """
-    session = Session([{"number": 1, "source": probe}], Limits(), cells_timeout=60, uid=2_999_991)
+    session = Session([Cell(1, probe)], Limits(), cells_timeout=60, uid=2_999_991)
     events, kind, reason = session.start()
     assert kind is None, (kind, reason, events)
-    assert not [e for e in events if e["event"] == "cell"], events
+    assert not [e for e in events if isinstance(e, CellFailed)], events
     seen = session.namespace(["seen"])["seen"]
     session.close()
 

@@ -97,13 +97,13 @@ def _by_name(rows) -> dict:
 LIMITS_PROBE = """
 import mmap, os, sys
 from course_grader.sandbox import Limits
-from course_grader.sandboxed.student import _set_limits
+from course_grader.sandboxed.rlimits import set_limits
 
 private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000  # MAP_NORESERVE
 reserve = mmap.mmap(-1, 4 << 30, flags=private, prot=0)
 library = mmap.mmap(-1, 1 << 30, flags=private, prot=mmap.PROT_READ)
 library_data = mmap.mmap(-1, 1 << 30, flags=private, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-_set_limits(Limits(memory_mb=512, nice=7, cpu_seconds=None))
+set_limits(Limits(memory_mb=512, nice=7, cpu_seconds=None))
 print("nice", os.nice(0))
 small = bytearray(100 << 20)  # fits in 512 MB
 print("small ok")

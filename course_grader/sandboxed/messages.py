@@ -1,12 +1,26 @@
-"""The vocabulary both sides of the sandbox share: the student process's limits, and the
-exception types the judge re-creates. Imported by the student process (inside the
+"""The vocabulary both sides of the sandbox share, one definition of each message: the
+student process's limits, its setup (cells and limits), what it reports while its cells
+run, and the exception types the judge re-creates. Imported by the student process (inside the
 sandbox) and by the judge (:mod:`course_grader.remote`, :mod:`course_grader.sandbox`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import asdict, dataclass, field
 
-__all__ = ["Limits", "PORTABLE_ERRORS"]
+__all__ = [
+    "Limits",
+    "PORTABLE_ERRORS",
+    "Cell",
+    "Setup",
+    "Started",
+    "CellFailed",
+    "CellsDone",
+    "header",
+    "cell_message",
+    "short_text",
+    "identifier",
+]
 
 # Exceptions whose type the judge re-creates (so a test may catch ValueError, say).
 PORTABLE_ERRORS = {
@@ -36,7 +50,7 @@ class Limits:
 
     ``memory_mb``: resident memory of the whole tree where control groups are
     available, and everywhere writable private memory per process
-    (``RLIMIT_DATA``, see :func:`course_grader.sandboxed.student._set_limits`);
+    (``RLIMIT_DATA``, see :func:`course_grader.sandboxed.rlimits.set_limits`);
     ``cpus``: cores the tree may use at once (control groups only);
     ``nice``: added to the student process's niceness, everywhere.
     """
@@ -50,3 +64,112 @@ class Limits:
     file_mb: int = 256
     tmp_mb: int = 256
     extra_env: dict = field(default_factory=dict)
+
+
+# -- the student process's messages while its cells run ------------------------------------------
+# Sent on the socket as wire headers ``{"ev": TAG, **fields}``; the judge reads them with
+# :func:`cell_message`, which trusts nothing in them (the student's code may write anything).
+
+#: How a code cell can fail.
+CELL_KINDS = ("syntax-error", "cell-error", "exit", "memory-limit")
+
+
+def short_text(value: object, limit: int) -> str:
+    """``value`` if a string, on one line, at most ``limit`` characters; else ``""``."""
+    text = " ".join(value.split()) if isinstance(value, str) else ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def identifier(value: object, default: str) -> str:
+    """``value`` reduced to a Python identifier of at most 60 characters, else ``default``."""
+    text = re.sub(r"\W", "", value)[:60] if isinstance(value, str) else ""
+    return text if text and not text[0].isdigit() else default
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One code cell to run: its number in the notebook (1-based) and its source."""
+
+    number: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The judge's first message to the student process: the cells and the limits."""
+
+    cells: list[Cell]
+    limits: Limits
+    sandboxed: bool = True
+
+    def to_header(self) -> dict:
+        return {
+            "cells": [asdict(c) for c in self.cells],
+            "sandboxed": self.sandboxed,
+            "limits": asdict(self.limits),
+        }
+
+    @classmethod
+    def from_header(cls, header: dict) -> Setup:
+        return cls(
+            cells=[Cell(**c) for c in header["cells"]],
+            limits=Limits(**header.get("limits", {})),
+            sandboxed=bool(header.get("sandboxed")),
+        )
+
+
+@dataclass(frozen=True)
+class Started:
+    """The student process is running and about to run the cells."""
+
+    TAG = "started"
+
+
+@dataclass(frozen=True)
+class CellFailed:
+    """A code cell that did not run to its end: ``kind`` is one of :data:`CELL_KINDS`."""
+
+    TAG = "cell"
+    number: int
+    kind: str
+    reason: str
+
+    @classmethod
+    def checked(cls, number: object, kind: object, reason: object) -> CellFailed:
+        """From untrusted values: a number that is an int, a known kind, a short reason."""
+        return cls(
+            number=number if type(number) is int else 0,
+            kind=kind if kind in CELL_KINDS else "cell-error",
+            reason=short_text(reason, 300),
+        )
+
+
+@dataclass(frozen=True)
+class CellsDone:
+    """Every cell ran (failing or not); ``neutralised``: the shell lines not run."""
+
+    TAG = "cells-done"
+    neutralised: tuple[str, ...] = ()
+
+
+CellMessage = Started | CellFailed | CellsDone
+
+
+def header(message: CellMessage) -> dict:
+    """The wire header of ``message``."""
+    return {"ev": message.TAG, **asdict(message)}
+
+
+def cell_message(head: dict) -> CellMessage:
+    """The student process's message in ``head``, checked; ProtocolError-free: raises
+    ValueError for anything else (the caller turns it into a protocol failure)."""
+    ev = head.get("ev")
+    if ev == CellFailed.TAG:
+        return CellFailed.checked(head.get("number"), head.get("kind"), head.get("reason"))
+    if ev == Started.TAG:
+        return Started()
+    if ev == CellsDone.TAG:
+        shown = head.get("neutralised")
+        lines = shown if isinstance(shown, list) else []
+        return CellsDone(tuple(short_text(x, 200) for x in lines[:20]))
+    raise ValueError("unexpected message while the cells ran")

@@ -37,8 +37,16 @@ import traceback
 import types
 from typing import Any
 
-from course_grader.sandboxed import wire
-from course_grader.sandboxed.messages import PORTABLE_ERRORS, Limits
+from course_grader.sandboxed import messages, wire
+from course_grader.sandboxed.messages import (
+    PORTABLE_ERRORS,
+    Cell,
+    CellFailed,
+    CellsDone,
+    Setup,
+    Started,
+)
+from course_grader.sandboxed.rlimits import drop_privileges, set_limits
 
 __all__ = ["main"]
 
@@ -389,9 +397,9 @@ class _Server:
 # -- cells --------------------------------------------------------------------------------------
 
 
-def _run_cells(cells: list[dict], namespace: dict, server: _Server) -> None:
+def _run_cells(cells: list[Cell], namespace: dict, server: _Server) -> None:
     for cell in cells:
-        number, source = cell["number"], cell["source"]
+        number, source = cell.number, cell.source
         filename = f"<cell {number}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
@@ -400,26 +408,14 @@ def _run_cells(cells: list[dict], namespace: dict, server: _Server) -> None:
             line = getattr(exc, "lineno", None)
             where = f", line {line}" if line else ""
             msg = getattr(exc, "msg", None) or _short(exc)
-            server.send(
-                {
-                    "ev": "cell",
-                    "number": number,
-                    "kind": "syntax-error",
-                    "reason": f"code cell {number}{where}: {type(exc).__name__}: {msg}",
-                }
-            )
+            reason = f"code cell {number}{where}: {type(exc).__name__}: {msg}"
+            server.send(messages.header(CellFailed(number, "syntax-error", reason)))
             continue
         try:
             exec(code, namespace)
         except SystemExit:
-            server.send(
-                {
-                    "ev": "cell",
-                    "number": number,
-                    "kind": "exit",
-                    "reason": f"code cell {number} called sys.exit(); later cells were not run",
-                }
-            )
+            reason = f"code cell {number} called sys.exit(); later cells were not run"
+            server.send(messages.header(CellFailed(number, "exit", reason)))
             return
         except BaseException as exc:  # noqa: B036 - the student's code may raise anything
             report = error_report(exc)
@@ -431,85 +427,20 @@ def _run_cells(cells: list[dict], namespace: dict, server: _Server) -> None:
                 text = f"code cell {number}: {report['summary']} ({where}: {report['line']})"
             else:
                 text = f"code cell {number}: {report['summary']}"
-            server.send({"ev": "cell", "number": number, "kind": kind, "reason": text})
-
-
-# -- limits -------------------------------------------------------------------------------------
-
-
-def _drop_privileges() -> None:
-    uid = os.environ.pop("COURSE_SANDBOX_UID", None)
-    if uid is None or os.geteuid() != 0:
-        return
-    uid_n = int(uid)
-    os.setgroups([])
-    os.setresgid(uid_n, uid_n, uid_n)
-    os.setresuid(uid_n, uid_n, uid_n)
-
-
-def _unused_writable() -> int:
-    """Bytes of writable memory this process has mapped but not touched (``VmData - VmRSS``).
-
-    Importing a CUDA build of torch maps about a GB of writable library data
-    it never touches (torch 2.11 with CUDA 13: ``VmData`` 1.35 GB, ``VmRSS``
-    0.5 GB); the CPU build almost none. It is added to the ``RLIMIT_DATA``
-    budget, so that a submission may allocate about as much with either build.
-    """
-    try:
-        with open("/proc/self/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        data, rss = (int(fields[k].split()[0]) << 10 for k in ("VmData", "VmRSS"))
-    except (OSError, KeyError, ValueError):
-        return 0
-    return max(0, data - rss)
-
-
-def _set_limits(limits: Limits) -> None:
-    """Per-process limits, set before any student code runs.
-
-    Memory is limited as writable private memory (``RLIMIT_DATA``), which is
-    what a submission's allocations take, and not as address space
-    (``RLIMIT_AS``): a CUDA build of torch maps more than 2 GB of library code
-    and reserved ranges when it is imported, which ``RLIMIT_DATA`` does not
-    count. Its budget is ``memory_mb`` plus the writable memory the process
-    has mapped but not touched when the limits are set (see
-    :func:`_unused_writable`). The control group, where there is one, limits
-    the resident memory of the whole process tree
-    (:mod:`course_grader.cgroup`).
-    """
-    import resource
-
-    def cap(which: int, value: int) -> None:
-        soft, hard = resource.getrlimit(which)
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (value, value))
-
-    if limits.memory_mb:  # writable private memory: not the address space (issue 29)
-        cap(resource.RLIMIT_DATA, (int(limits.memory_mb) << 20) + _unused_writable())
-    if limits.nice:
-        os.nice(int(limits.nice))
-    if limits.cpu_seconds:
-        cpu = int(limits.cpu_seconds)
-        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5 if hard == -1 else hard))
-    cap(resource.RLIMIT_CORE, 0)
-    cap(resource.RLIMIT_FSIZE, int(limits.file_mb) << 20)
-    cap(resource.RLIMIT_NOFILE, int(limits.open_files))
-    if limits.processes:
-        cap(resource.RLIMIT_NPROC, int(limits.processes))
+            server.send(messages.header(CellFailed(number, kind, text)))
 
 
 def main() -> None:
     """Serve one submission on the socket whose fd is ``sys.argv[1]``."""
     sock = socket.socket(fileno=int(sys.argv[1]))
-    _drop_privileges()
-    header, blobs = wire.recv(sock)
-    cells = header["cells"]
-    _set_limits(Limits(**header.get("limits", {})))
+    drop_privileges()
+    head, _ = wire.recv(sock)
+    setup = Setup.from_header(head)
+    set_limits(setup.limits)
     os.closerange(3, sock.fileno())
     os.closerange(sock.fileno() + 1, 4096)
     log = os.open(
-        "/tmp/output.log" if header.get("sandboxed") else os.devnull,
+        "/tmp/output.log" if setup.sandboxed else os.devnull,
         os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
         0o600,
     )
@@ -531,9 +462,9 @@ def main() -> None:
     sys.argv = ["notebook"]
     server.namespace = namespace
 
-    server.send({"ev": "started"})
-    _run_cells(cells, namespace, server)
-    server.send({"ev": "cells-done", "neutralised": shell.neutralised[:20]})
+    server.send(messages.header(Started()))
+    _run_cells(setup.cells, namespace, server)
+    server.send(messages.header(CellsDone(tuple(shell.neutralised[:20]))))
     try:
         while True:
             header, blobs = wire.recv(sock)
