@@ -46,7 +46,7 @@ import torch
 
 from course_grader.process import StudentGone, StudentProcess
 from course_grader.sandboxed import wire
-from course_grader.sandboxed.messages import PORTABLE_ERRORS, identifier, short_text
+from course_grader.sandboxed.messages import ErrorReport, identifier, short_text
 from course_lib.grading.expect import TestFailed
 from course_lib.grading.runner import RemoteError
 
@@ -59,19 +59,8 @@ _error_types: dict[str, type] = {}
 
 
 def remote_error(report: Any) -> RemoteError:
-    """A :class:`RemoteError` for the student's exception ``report`` (a checked dict)."""
-    if not isinstance(report, dict):
-        report = {}
-    clean = {
-        "type": report.get("type") if report.get("type") in PORTABLE_ERRORS else "",
-        "name": identifier(report.get("name"), "Exception"),
-        "summary": short_text(report.get("summary"), 300),
-        "where": short_text(report.get("where"), 80),
-        "line": short_text(report.get("line"), 120),
-        "exit": report.get("exit") is True,
-        "memory": report.get("memory") is True,
-        "unsendable": report.get("unsendable") is True,
-    }
+    """A :class:`RemoteError` for the student's exception ``report`` (checked here)."""
+    clean = ErrorReport.checked(report).to_dict()
     base = getattr(builtins, clean["type"]) if clean["type"] else None
     key = clean["type"] or "-"
     if key not in _error_types:

@@ -20,6 +20,7 @@ __all__ = [
     "cell_message",
     "short_text",
     "identifier",
+    "ErrorReport",
 ]
 
 # Exceptions whose type the judge re-creates (so a test may catch ValueError, say).
@@ -173,3 +174,45 @@ def cell_message(head: dict) -> CellMessage:
         lines = shown if isinstance(shown, list) else []
         return CellsDone(tuple(short_text(x, 200) for x in lines[:20]))
     raise ValueError("unexpected message while the cells ran")
+
+
+# -- an exception of the student's code, as the judge learns of it --------------------------------
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """What the judge needs to re-create and explain an exception from the student's code.
+
+    ``type``: the builtin type the judge re-creates (one of :data:`PORTABLE_ERRORS`, else
+    empty); ``name``: the exception's class name; ``where``/``line``: the notebook cell
+    and line it came from; ``exit``: a ``sys.exit()``; ``memory``: out of memory;
+    ``unsendable``: the result could not be sent back. Sent in replies as
+    ``{"err": {...}}``; :class:`~course_lib.grading.runner.RemoteError` holds it as a dict.
+    """
+
+    name: str = "Exception"
+    summary: str = ""
+    type: str = ""
+    where: str = ""
+    line: str = ""
+    exit: bool = False
+    memory: bool = False
+    unsendable: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def checked(cls, report: object) -> ErrorReport:
+        """From an untrusted reply: known types only, short one-line texts, booleans."""
+        r = report if isinstance(report, dict) else {}
+        return cls(
+            type=r.get("type") if r.get("type") in PORTABLE_ERRORS else "",
+            name=identifier(r.get("name"), "Exception"),
+            summary=short_text(r.get("summary"), 300),
+            where=short_text(r.get("where"), 80),
+            line=short_text(r.get("line"), 120),
+            exit=r.get("exit") is True,
+            memory=r.get("memory") is True,
+            unsendable=r.get("unsendable") is True,
+        )

@@ -43,6 +43,7 @@ from course_grader.sandboxed.messages import (
     Cell,
     CellFailed,
     CellsDone,
+    ErrorReport,
     Setup,
     Started,
 )
@@ -122,18 +123,19 @@ def _where(frame: traceback.FrameSummary | None) -> tuple[str, str]:
     return place, line[:120]
 
 
-def error_report(exc: BaseException) -> dict:
+def error_report(exc: BaseException, unsendable: bool = False) -> ErrorReport:
     """What the judge needs to re-create and explain an exception from the student's code."""
     place, line = _where(_student_frame(exc.__traceback__))
-    return {
-        "type": type(exc).__name__ if type(exc).__name__ in PORTABLE_ERRORS else "",
-        "name": type(exc).__name__[:60],
-        "summary": _short(exc),
-        "where": place,
-        "line": line,
-        "exit": isinstance(exc, SystemExit),
-        "memory": isinstance(exc, MemoryError) or "can't allocate memory" in _short(exc),
-    }
+    return ErrorReport(
+        type=type(exc).__name__ if type(exc).__name__ in PORTABLE_ERRORS else "",
+        name=type(exc).__name__[:60],
+        summary=_short(exc),
+        where=place,
+        line=line,
+        exit=isinstance(exc, SystemExit),
+        memory=isinstance(exc, MemoryError) or "can't allocate memory" in _short(exc),
+        unsendable=unsendable,
+    )
 
 
 # -- the codec: the judge's objects in, the student's objects out -------------------------------
@@ -332,7 +334,7 @@ class _Server:
             vblobs: list[bytes] = []
             encoded = wire.encode(plain, vblobs, codec)
         except Exception as exc:  # noqa: BLE001
-            self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
+            self.send({"id": rid, "err": error_report(exc, unsendable=True).to_dict()})
             return
         meta = {k: v for k, v in out.items() if "value" not in v}
         self.send({"id": rid, "ok": {"values": encoded, "meta": meta}}, vblobs)
@@ -344,7 +346,8 @@ class _Server:
         codec = _StudentCodec(self, grad=grad)
         target = self.handles.get(header.get("target"))
         if target is None:
-            self.send({"id": rid, "err": {"summary": "no such object", "name": "LookupError"}})
+            missing = ErrorReport(name="LookupError", summary="no such object")
+            self.send({"id": rid, "err": missing.to_dict()})
             return
         try:
             payload = wire.decode(header.get("data"), blobs, codec)
@@ -356,7 +359,7 @@ class _Server:
         except BaseException as exc:  # noqa: B036 - anything the student's code raises
             if isinstance(exc, wire.ProtocolError | wire.Closed):
                 raise
-            self.send({"id": rid, "err": error_report(exc)})
+            self.send({"id": rid, "err": error_report(exc).to_dict()})
             return
         extra: dict = {}
         rblobs: list[bytes] = []
@@ -366,7 +369,7 @@ class _Server:
                 extra["gens"] = [wire.encode(g.get_state(), rblobs) for g in codec.generators]
             data = wire.encode(result, rblobs, codec)
         except Exception as exc:  # noqa: BLE001 - an unsendable or hostile result
-            self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
+            self.send({"id": rid, "err": error_report(exc, unsendable=True).to_dict()})
             return
         if codec.inputs and codec.outputs:
             extra["graph"] = self.new_handle(None)
@@ -388,7 +391,7 @@ class _Server:
                 retain_graph=True,
             )
         except BaseException as exc:  # noqa: B036
-            self.send({"id": rid, "err": error_report(exc)})
+            self.send({"id": rid, "err": error_report(exc).to_dict()})
             return
         gb: list[bytes] = []
         self.send({"id": rid, "ok": wire.encode(list(got), gb)}, gb)
@@ -419,14 +422,14 @@ def _run_cells(cells: list[Cell], namespace: dict, server: _Server) -> None:
             return
         except BaseException as exc:  # noqa: B036 - the student's code may raise anything
             report = error_report(exc)
-            kind = "memory-limit" if report["memory"] else "cell-error"
-            where = report["where"]
+            kind = "memory-limit" if report.memory else "cell-error"
+            where = report.where
             if where.startswith(f"code cell {number}, "):
-                text = f"code cell {number}, {where.split(', ', 1)[1]}: {report['summary']}"
+                text = f"code cell {number}, {where.split(', ', 1)[1]}: {report.summary}"
             elif where:
-                text = f"code cell {number}: {report['summary']} ({where}: {report['line']})"
+                text = f"code cell {number}: {report.summary} ({where}: {report.line})"
             else:
-                text = f"code cell {number}: {report['summary']}"
+                text = f"code cell {number}: {report.summary}"
             server.send(messages.header(CellFailed(number, kind, text)))
 
 
