@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from course_grader import cgroup
@@ -69,6 +69,17 @@ from course_lib.grading.runner import HIDDEN_FAILED, HIDDEN_PASSED
 __all__ = ["Row", "grade_batch", "write_csv", "write_feedback", "summary"]
 
 MAX_RUNS = MAX_RESTARTS + 1
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How every submission of a batch is graded (the arguments of :func:`grade_batch`)."""
+
+    timeout: float  # wall-clock seconds for a submission's code cells
+    call_timeout: float  # wall-clock seconds for each call of a student's function
+    memory_mb: int | None
+    cpus: float | None
+    sandbox: bool
 
 
 def _judge_env() -> dict[str, str]:
@@ -252,7 +263,7 @@ def _grade_one(
     shown: str,
     expected: str | None,
     book: _Assignments,
-    options: dict,
+    options: _Options,
 ) -> Row:
     spec = book.get(expected)[0] if expected else None
     try:
@@ -277,7 +288,7 @@ def _grade_one(
         reason = f"no tests for assignment {assignment_id}; known: {', '.join(book.known)}"
         return _not_run(shown, assignment_id, "unknown-assignment", reason, None)
     spec, hidden_source = book.get(assignment_id)
-    row = Row(shown, assignment_id, "ok", spec=spec, cells_timeout=options["timeout"])
+    row = Row(shown, assignment_id, "ok", spec=spec, cells_timeout=options.timeout)
     cells = code_cells(nb)
     solution = book.solution(assignment_id)
     given = [c.source for c in code_cells(solution)] if solution else []
@@ -287,17 +298,17 @@ def _grade_one(
         cells=[Cell(c.number, c.source) for c in cells],
         hidden_source=hidden_source,
         limits=Limits(
-            memory_mb=options["memory_mb"],
-            cpus=options["cpus"],
-            cpu_seconds=int(options["timeout"] + len(spec.tests) * options["call_timeout"]) + 10,
+            memory_mb=options.memory_mb,
+            cpus=options.cpus,
+            cpu_seconds=int(options.timeout + len(spec.tests) * options.call_timeout) + 10,
         ),
-        timeout=options["timeout"],
-        call_timeout=options["call_timeout"],
-        sandboxed=options["sandbox"],
+        timeout=options.timeout,
+        call_timeout=options.call_timeout,
+        sandboxed=options.sandbox,
     )
-    backstop = (MAX_RUNS * options["timeout"]) + len(spec.tests) * options["call_timeout"] + 60
+    backstop = (MAX_RUNS * options.timeout) + len(spec.tests) * options.call_timeout + 60
     events, returncode, timed_out, stderr = _run_judge(job, backstop)
-    _finish(row, events, returncode, timed_out, stderr, backstop, options["memory_mb"])
+    _finish(row, events, returncode, timed_out, stderr, backstop, options.memory_mb)
     return row
 
 
@@ -339,13 +350,7 @@ def grade_batch(
     shown = sorted({os.path.normpath(str(p)) for p in submissions})
     jobs = max(1, jobs or os.cpu_count() or 1)
     done = 0
-    options = {
-        "timeout": float(timeout),
-        "call_timeout": float(call_timeout),
-        "memory_mb": memory_mb,
-        "sandbox": bool(sandbox),
-        "cpus": cpus,
-    }
+    options = _Options(float(timeout), float(call_timeout), memory_mb, cpus, bool(sandbox))
 
     def work(name: str) -> Row:
         nonlocal done
@@ -380,7 +385,7 @@ def _load_assignments(assignment: str | None, hidden_dir: str | Path | None) -> 
     return book
 
 
-def _grade_safely(name: str, assignment: str | None, book: _Assignments, options: dict) -> Row:
+def _grade_safely(name: str, assignment: str | None, book: _Assignments, options: _Options) -> Row:
     """One file's row, whatever happens (a grader error is a row too), hidden text redacted."""
     try:
         row = _grade_one(Path(name), name, assignment, book, options)

@@ -17,12 +17,14 @@ from typing import Any
 from course_grader import cgroup, sandbox
 from course_grader.sandboxed import wire
 from course_grader.sandboxed.messages import (
+    Bye,
     Cell,
     CellMessage,
     CellsDone,
     Limits,
     Setup,
     cell_message,
+    request_header,
 )
 from course_lib.grading.expect import TestFailed
 
@@ -226,7 +228,7 @@ class StudentProcess:
     def close(self) -> None:
         if self.dead is None and self.sock is not None:
             try:
-                wire.send(self.sock, {"op": "bye"})
+                wire.send(self.sock, request_header(Bye()))
             except OSError:
                 pass
         self.kill("gone", "the session was closed")

@@ -46,7 +46,18 @@ import torch
 
 from course_grader.process import StudentGone, StudentProcess
 from course_grader.sandboxed import wire
-from course_grader.sandboxed.messages import ErrorReport, identifier, short_text
+from course_grader.sandboxed.messages import (
+    Backward,
+    Call,
+    ErrorReport,
+    GetAttr,
+    Release,
+    Request,
+    Resolve,
+    identifier,
+    request_header,
+    short_text,
+)
 from course_lib.grading.expect import TestFailed
 from course_lib.grading.runner import RemoteError
 
@@ -282,13 +293,13 @@ class Session(StudentProcess):
                 f"not checked: the notebook's process had stopped ({self.dead})", "gone"
             )
 
-    def _request(self, header: dict, blobs: list[bytes], label: str, codec: _JudgeCodec):
+    def _request(self, request: Request, blobs: list[bytes], label: str, codec: _JudgeCodec):
         self._check()
         self._next_id += 1
-        rid = header["id"] = self._next_id
+        rid = self._next_id
         deadline = time.monotonic() + self.call_timeout
         try:
-            wire.send(self.sock, header, blobs)
+            wire.send(self.sock, request_header(request, rid), blobs)
             while True:
                 reply, rblobs = wire.recv(self.sock, deadline, limit=self.max_bytes)
                 if "cb" in reply:
@@ -306,7 +317,7 @@ class Session(StudentProcess):
         except (wire.Closed, OSError):
             code = self.kill("crashed", f"the process died during {label}")
             raise StudentGone(
-                f"the notebook's process died during {label} ({self._deathshort_text(code)})",
+                f"the notebook's process died during {label} ({self._death_text(code)})",
                 self.dead_kind or "crashed",
             ) from None
         except wire.ProtocolError as err:
@@ -321,7 +332,7 @@ class Session(StudentProcess):
                 "protocol",
             ) from None
 
-    def _deathshort_text(self, code: int | None) -> str:
+    def _death_text(self, code: int | None) -> str:
         if self.dead_kind == "memory-limit":
             return self.dead
         if code is None:
@@ -367,9 +378,7 @@ class Session(StudentProcess):
         wanted = [n for n in names if n not in self._names]
         if wanted:
             codec = _JudgeCodec(self)
-            reply, blobs = self._request(
-                {"op": "resolve", "names": wanted}, [], "the notebook", codec
-            )
+            reply, blobs = self._request(Resolve(wanted), [], "the notebook", codec)
             if "err" in reply:
                 raise remote_error(reply["err"])
             ok = reply.get("ok")
@@ -400,8 +409,7 @@ class Session(StudentProcess):
         blobs: list[bytes] = []
         data = wire.encode({"args": list(args), "kwargs": dict(kwargs)}, blobs, codec)
         grad = grad and bool(codec.grad_inputs)
-        header = {"op": "call", "target": target._hid, "data": data, "grad": grad}
-        reply, rblobs = self._request(header, blobs, label, codec)
+        reply, rblobs = self._request(Call(target._hid, data, grad), blobs, label, codec)
         if "err" in reply:
             if codec.callback_error is not None:
                 raise codec.callback_error
@@ -436,7 +444,7 @@ class Session(StudentProcess):
         label = f"{target._label}.{name}"
         codec = _JudgeCodec(self)
         reply, blobs = self._request(
-            {"op": "getattr", "target": target._hid, "data": {"d": [["name", name]]}},
+            GetAttr(target._hid, {"d": [["name", name]]}),
             [],
             label,
             codec,
@@ -456,7 +464,7 @@ class Session(StudentProcess):
         blobs: list[bytes] = []
         data = wire.encode(list(grads), blobs)
         reply, rblobs = self._request(
-            {"op": "backward", "graph": graph, "data": data},
+            Backward(graph, data),
             blobs,
             f"gradients of {label}",
             _JudgeCodec(self),
@@ -474,7 +482,7 @@ class Session(StudentProcess):
         self.calls = []
         if self.dead is None:
             try:
-                reply, _ = self._request({"op": "release"}, [], "the notebook", _JudgeCodec(self))
+                reply, _ = self._request(Release(), [], "the notebook", _JudgeCodec(self))
             except StudentGone:
                 return
             self._names = {k: v for k, v in self._names.items() if not isinstance(v, RemoteObject)}

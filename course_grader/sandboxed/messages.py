@@ -1,12 +1,14 @@
 """The vocabulary both sides of the sandbox share, one definition of each message: the
 student process's limits, its setup (cells and limits), what it reports while its cells
-run, and the exception types the judge re-creates. Imported by the student process (inside the
+run, the judge's requests while the tests run, and the exception types the judge
+re-creates. Imported by the student process (inside the
 sandbox) and by the judge (:mod:`course_grader.remote`, :mod:`course_grader.sandbox`)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 __all__ = [
     "Limits",
@@ -21,6 +23,14 @@ __all__ = [
     "short_text",
     "identifier",
     "ErrorReport",
+    "Resolve",
+    "Call",
+    "GetAttr",
+    "Backward",
+    "Release",
+    "Bye",
+    "request_header",
+    "read_request",
 ]
 
 # Exceptions whose type the judge re-creates (so a test may catch ValueError, say).
@@ -216,3 +226,82 @@ class ErrorReport:
             memory=r.get("memory") is True,
             unsendable=r.get("unsendable") is True,
         )
+
+
+# -- the judge's requests while the tests run ----------------------------------------------------
+# Sent as wire headers ``{"op": OP, "id": n, **fields}``; ``data`` fields hold wire-encoded
+# values (:func:`course_grader.sandboxed.wire.encode`) whose bytes travel as blobs. The
+# student process answers each with ``{"id": n, "ok": ...}`` or ``{"id": n, "err": ...}``
+# (an :class:`ErrorReport`), which the judge checks field by field.
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """Which of ``names`` the notebook defines: plain values, or handles of callables."""
+
+    OP = "resolve"
+    names: list[str]
+
+
+@dataclass(frozen=True)
+class Call:
+    """Call the object ``target`` with the encoded ``{"args", "kwargs"}``; ``grad``: track
+    gradients of the inputs that require them."""
+
+    OP = "call"
+    target: int | None = None
+    data: Any = None
+    grad: bool = False
+
+
+@dataclass(frozen=True)
+class GetAttr:
+    """Read an attribute of ``target``, named by the encoded ``{"name"}``."""
+
+    OP = "getattr"
+    target: int | None = None
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class Backward:
+    """The gradients of a call's inputs (graph ``graph``), given the encoded output grads."""
+
+    OP = "backward"
+    graph: int
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class Release:
+    """The test ended: forget its objects and graphs (its callbacks stop working)."""
+
+    OP = "release"
+
+
+@dataclass(frozen=True)
+class Bye:
+    """The judge is done with this process."""
+
+    OP = "bye"
+
+
+Request = Resolve | Call | GetAttr | Backward | Release | Bye
+_REQUESTS = {cls.OP: cls for cls in (Resolve, Call, GetAttr, Backward, Release, Bye)}
+
+
+def request_header(request: Request, rid: int | None = None) -> dict:
+    """The wire header of ``request`` (numbered ``rid`` when an answer is awaited)."""
+    head = {"op": request.OP, **{f.name: getattr(request, f.name) for f in fields(request)}}
+    if rid is not None:
+        head["id"] = rid
+    return head
+
+
+def read_request(head: dict) -> tuple[Request, Any]:
+    """``(request, its id)`` from the judge's header; ValueError for an unknown request."""
+    cls = _REQUESTS.get(head.get("op"))
+    if cls is None:
+        raise ValueError(f"unknown request {head.get('op')!r}")
+    given = {f.name: head[f.name] for f in fields(cls) if f.name in head}
+    return cls(**given), head.get("id")

@@ -40,12 +40,18 @@ from typing import Any
 from course_grader.sandboxed import messages, wire
 from course_grader.sandboxed.messages import (
     PORTABLE_ERRORS,
+    Backward,
+    Bye,
+    Call,
     Cell,
     CellFailed,
     CellsDone,
     ErrorReport,
+    GetAttr,
+    Resolve,
     Setup,
     Started,
+    read_request,
 )
 from course_grader.sandboxed.rlimits import drop_privileges, set_limits
 
@@ -297,22 +303,23 @@ class _Server:
 
     def handle(self, header: dict, blobs: list[bytes]) -> bool:
         """Answer one request of the judge; False when it says goodbye."""
-        op, rid = header.get("op"), header.get("id")
-        if op == "resolve":
-            self._resolve(rid, header["names"])
-        elif op in ("call", "getattr"):
-            self._call(op, rid, header, blobs)
-        elif op == "backward":
-            self._backward(rid, header, blobs)
-        elif op == "release":
+        try:
+            request, rid = read_request(header)
+        except ValueError as err:
+            raise wire.ProtocolError(str(err)) from None
+        if isinstance(request, Bye):
+            return False
+        if isinstance(request, Resolve):
+            self._resolve(rid, request.names)
+        elif isinstance(request, Call | GetAttr):
+            self._call(rid, request, blobs)
+        elif isinstance(request, Backward):
+            self._backward(rid, request, blobs)
+        else:  # Release
             self.handles.clear()
             self.graphs.clear()
             self.generation += 1
             self.send({"id": rid, "ok": None})
-        elif op == "bye":
-            return False
-        else:
-            raise wire.ProtocolError(f"unknown request {op!r}")
         return True
 
     def _resolve(self, rid, names: list) -> None:
@@ -339,19 +346,19 @@ class _Server:
         meta = {k: v for k, v in out.items() if "value" not in v}
         self.send({"id": rid, "ok": {"values": encoded, "meta": meta}}, vblobs)
 
-    def _call(self, op: str, rid, header: dict, blobs: list[bytes]) -> None:
+    def _call(self, rid, request: Call | GetAttr, blobs: list[bytes]) -> None:
         import torch
 
-        grad = bool(header.get("grad"))
+        grad = isinstance(request, Call) and bool(request.grad)
         codec = _StudentCodec(self, grad=grad)
-        target = self.handles.get(header.get("target"))
+        target = self.handles.get(request.target)
         if target is None:
             missing = ErrorReport(name="LookupError", summary="no such object")
             self.send({"id": rid, "err": missing.to_dict()})
             return
         try:
-            payload = wire.decode(header.get("data"), blobs, codec)
-            if op == "call":
+            payload = wire.decode(request.data, blobs, codec)
+            if isinstance(request, Call):
                 with torch.set_grad_enabled(grad):
                     result = target(*payload["args"], **payload["kwargs"])
             else:
@@ -376,11 +383,11 @@ class _Server:
             self.graphs[extra["graph"]] = (codec.inputs, codec.outputs)
         self.send({"id": rid, "ok": data, **extra}, rblobs)
 
-    def _backward(self, rid, header: dict, blobs: list[bytes]) -> None:
+    def _backward(self, rid, request: Backward, blobs: list[bytes]) -> None:
         import torch
 
-        inputs, outputs = self.graphs[int(header["graph"])]
-        grads = wire.decode(header.get("data"), blobs)
+        inputs, outputs = self.graphs[int(request.graph)]
+        grads = wire.decode(request.data, blobs)
         pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if g is not None]
         try:
             got = torch.autograd.grad(
