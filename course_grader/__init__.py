@@ -17,6 +17,8 @@ the only part of this package bound into a submission's sandbox (with
 Modules: :mod:`~course_grader.sync` (solutions to exercises),
 :mod:`~course_grader.notebook` (reading notebooks),
 :mod:`~course_grader.grade` (batch grading: one row per file, always),
+:mod:`~course_grader.catalog` (the batch's assignments, hidden tests and solutions),
+:mod:`~course_grader.results` (a submission's row; the CSV, feedback and summary),
 :mod:`~course_grader.events` (what grade and the judge say to each other),
 :mod:`~course_grader.judge` (one submission's tests, in a trusted process),
 :mod:`~course_grader.remote` (the judge's proxies of the student's functions),
@@ -25,7 +27,8 @@ Modules: :mod:`~course_grader.sync` (solutions to exercises),
 :mod:`~course_grader.cgroup` (memory and CPU share per submission),
 :mod:`~course_grader.flags` (what is worth the instructor's look);
 inside the sandbox, :mod:`~course_grader.sandboxed.student` (the student's code,
-alone), :mod:`~course_grader.sandboxed.wire` (plain data between the two) and
+alone), :mod:`~course_grader.sandboxed.rlimits` (its own resource limits),
+:mod:`~course_grader.sandboxed.wire` (plain data between the two) and
 :mod:`~course_grader.sandboxed.messages` (the limits and messages both sides share);
 for a whole class, :mod:`~course_grader.roster` (who submitted what),
 :mod:`~course_grader.late` (deadlines), :mod:`~course_grader.overrides`
