@@ -182,7 +182,7 @@ def _ruff(*args: str) -> subprocess.CompletedProcess:
 
 
 # Every folder of Python code (book/ holds the Sphinx extension and conf).
-LINTED = ("course_lib", "benchmarks", "tests", "notebooks", "solutions", "exercises")
+LINTED = ("course_lib", "course_grader", "benchmarks", "tests", "notebooks", "solutions", "exercises")
 
 
 def test_ruff_lint():
@@ -200,10 +200,12 @@ def test_public_functions_have_type_hints():
     import inspect
     import pkgutil
 
+    import course_grader
     import course_lib
 
     missing = []
-    for info in pkgutil.walk_packages(course_lib.__path__, "course_lib."):
+    packages = [(course_lib.__path__, "course_lib."), (course_grader.__path__, "course_grader.")]
+    for info in (i for path, prefix in packages for i in pkgutil.walk_packages(path, prefix)):
         if info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
