@@ -182,7 +182,15 @@ def _ruff(*args: str) -> subprocess.CompletedProcess:
 
 
 # Every folder of Python code (book/ holds the Sphinx extension and conf).
-LINTED = ("course_lib", "course_grader", "benchmarks", "tests", "notebooks", "solutions", "exercises")
+LINTED = (
+    "course_lib",
+    "course_grader",
+    "benchmarks",
+    "tests",
+    "notebooks",
+    "solutions",
+    "exercises",
+)
 
 
 def test_ruff_lint():
