@@ -49,9 +49,12 @@ from course_grader.sandboxed import wire
 from course_grader.sandboxed.messages import (
     Backward,
     Call,
+    Callback,
+    CallbackReply,
     ErrorReport,
     GetAttr,
     Release,
+    Reply,
     Request,
     Resolve,
     identifier,
@@ -70,8 +73,10 @@ _error_types: dict[str, type] = {}
 
 
 def remote_error(report: Any) -> RemoteError:
-    """A :class:`RemoteError` for the student's exception ``report`` (checked here)."""
-    clean = ErrorReport.checked(report).to_dict()
+    """A :class:`RemoteError` for the student's exception ``report`` (checked here, unless it
+    already is an :class:`ErrorReport`)."""
+    checked = report if isinstance(report, ErrorReport) else ErrorReport.checked(report)
+    clean = checked.to_dict()
     base = getattr(builtins, clean["type"]) if clean["type"] else None
     key = clean["type"] or "-"
     if key not in _error_types:
@@ -301,11 +306,13 @@ class Session(StudentProcess):
         try:
             wire.send(self.sock, request_header(request, rid), blobs)
             while True:
-                reply, rblobs = wire.recv(self.sock, deadline, limit=self.max_bytes)
-                if "cb" in reply:
-                    self._serve_callback(reply, rblobs, codec)
+                head, rblobs = wire.recv(self.sock, deadline, limit=self.max_bytes)
+                callback = Callback.read(head)
+                if callback is not None:
+                    self._serve_callback(callback, rblobs, codec)
                     continue
-                if reply.get("id") != rid:
+                reply = Reply.read(head)
+                if reply.id != rid:
                     raise wire.ProtocolError("a reply out of order")
                 return reply, rblobs
         except wire.Timeout:
@@ -341,16 +348,14 @@ class Session(StudentProcess):
             return f"killed by signal {-code}; out of memory or CPU time?"
         return f"exit code {code}; os._exit() or a crash in native code?"
 
-    def _serve_callback(self, header: dict, blobs: list[bytes], codec: _JudgeCodec) -> None:
-        seq = header.get("seq")
-        fn = codec.callbacks.get(header.get("cb")) if type(header.get("cb")) is int else None
-        reply: dict = {"cbreply": seq}
+    def _serve_callback(self, callback: Callback, blobs: list[bytes], codec: _JudgeCodec) -> None:
+        seq = callback.seq
+        fn = codec.callbacks.get(callback.cb) if type(callback.cb) is int else None
+        reply = CallbackReply(seq, err="this function of the grader is no longer available")
         out: list[bytes] = []
-        if fn is None:
-            reply["err"] = "this function of the grader is no longer available"
-        else:
+        if fn is not None:
             try:
-                payload = wire.decode(header.get("data"), blobs, _JudgeCodec(self))
+                payload = wire.decode(callback.data, blobs, _JudgeCodec(self))
                 args, kwargs = payload["args"], payload["kwargs"]
                 if type(args) is not list or type(kwargs) is not dict:
                     raise wire.ProtocolError("malformed callback")
@@ -360,18 +365,19 @@ class Session(StudentProcess):
                 raise wire.ProtocolError(f"malformed callback ({err})") from None
             try:
                 result = fn(*args, **kwargs)
-                reply["ok"] = wire.encode(result, out, _JudgeCodec(self, callbacks=codec.callbacks))
+                ok = wire.encode(result, out, _JudgeCodec(self, callbacks=codec.callbacks))
+                reply = CallbackReply(seq, ok=ok)
             except Exception as exc:  # noqa: BLE001 - reported to the student's side, kept here
                 if codec.callback_error is None:
                     codec.callback_error = exc
                 out = []
-                reply.pop("ok", None)
-                reply["err"] = (
-                    "the grader's function rejected the call"
+                reply = CallbackReply(
+                    seq,
+                    err="the grader's function rejected the call"
                     if self.hidden
-                    else short_text(f"{type(exc).__name__}: {exc}", 300)
+                    else short_text(f"{type(exc).__name__}: {exc}", 300),
                 )
-        wire.send(self.sock, reply, out)
+        wire.send(self.sock, reply.to_header(), out)
 
     def namespace(self, names: list[str]) -> dict[str, Any]:
         """What the notebook defines under ``names`` (absent names are left out)."""
@@ -379,9 +385,9 @@ class Session(StudentProcess):
         if wanted:
             codec = _JudgeCodec(self)
             reply, blobs = self._request(Resolve(wanted), [], "the notebook", codec)
-            if "err" in reply:
-                raise remote_error(reply["err"])
-            ok = reply.get("ok")
+            if reply.err is not None:
+                raise remote_error(reply.err)
+            ok = reply.ok
             if type(ok) is not dict or type(ok.get("meta")) is not dict:
                 raise StudentGone("the notebook's process answered nonsense", "protocol")
             values = wire.decode(ok.get("values"), blobs, codec)
@@ -410,28 +416,28 @@ class Session(StudentProcess):
         data = wire.encode({"args": list(args), "kwargs": dict(kwargs)}, blobs, codec)
         grad = grad and bool(codec.grad_inputs)
         reply, rblobs = self._request(Call(target._hid, data, grad), blobs, label, codec)
-        if "err" in reply:
+        if reply.err is not None:
             if codec.callback_error is not None:
                 raise codec.callback_error
-            raise remote_error(reply["err"])
+            raise remote_error(reply.err)
         out = _JudgeCodec(self)
         try:
-            gens = reply.get("gens", [])
+            gens = reply.gens if reply.gens is not None else []
             if gens:
                 if type(gens) is not list or len(gens) != len(codec.generators):
                     raise wire.ProtocolError("generator states do not match")
                 for g, state in zip(codec.generators, gens, strict=True):
                     g.set_state(wire.decode(state, rblobs))
-            result = wire.decode(reply.get("ok"), rblobs, out)
+            result = wire.decode(reply.ok, rblobs, out)
         except (wire.ProtocolError, RuntimeError, TypeError, ValueError) as err:
             self.kill("protocol", f"the process sent a malformed result for {label}")
             raise StudentGone(
                 f"the notebook's process sent a malformed result for {label} ({err})", "protocol"
             ) from None
-        if grad and out.flagged and type(reply.get("graph")) is int:
+        if grad and out.flagged and type(reply.graph) is int:
             state = {
                 "session": self,
-                "graph": reply["graph"],
+                "graph": reply.graph,
                 "inputs": codec.grad_inputs,
                 "outputs": [t.detach() for t in out.flagged],
                 "label": label,
@@ -449,13 +455,13 @@ class Session(StudentProcess):
             label,
             codec,
         )
-        if "err" in reply:
-            err = remote_error(reply["err"])
+        if reply.err is not None:
+            err = remote_error(reply.err)
             if isinstance(err, AttributeError):
                 raise AttributeError(f"{target.remote_type} has no attribute {name!r}")
             raise err
         try:
-            return wire.decode(reply.get("ok"), blobs, _JudgeCodec(self))
+            return wire.decode(reply.ok, blobs, _JudgeCodec(self))
         except wire.ProtocolError as err:
             self.kill("protocol", f"malformed attribute {label}")
             raise StudentGone(f"malformed attribute {label} ({err})", "protocol") from None
@@ -469,10 +475,10 @@ class Session(StudentProcess):
             f"gradients of {label}",
             _JudgeCodec(self),
         )
-        if "err" in reply:
-            raise remote_error(reply["err"])
+        if reply.err is not None:
+            raise remote_error(reply.err)
         try:
-            return wire.decode(reply.get("ok"), rblobs)
+            return wire.decode(reply.ok, rblobs)
         except wire.ProtocolError as err:
             self.kill("protocol", "malformed gradients")
             raise StudentGone(f"malformed gradients for {label} ({err})", "protocol") from None

@@ -31,6 +31,9 @@ __all__ = [
     "Bye",
     "request_header",
     "read_request",
+    "Reply",
+    "Callback",
+    "CallbackReply",
 ]
 
 # Exceptions whose type the judge re-creates (so a test may catch ValueError, say).
@@ -232,7 +235,8 @@ class ErrorReport:
 # Sent as wire headers ``{"op": OP, "id": n, **fields}``; ``data`` fields hold wire-encoded
 # values (:func:`course_grader.sandboxed.wire.encode`) whose bytes travel as blobs. The
 # student process answers each with ``{"id": n, "ok": ...}`` or ``{"id": n, "err": ...}``
-# (an :class:`ErrorReport`), which the judge checks field by field.
+# (a :class:`Reply`), which the judge checks field by field; while a call runs, the student's
+# code may call the judge's functions back (:class:`Callback`, :class:`CallbackReply`).
 
 
 @dataclass(frozen=True)
@@ -305,3 +309,74 @@ def read_request(head: dict) -> tuple[Request, Any]:
         raise ValueError(f"unknown request {head.get('op')!r}")
     given = {f.name: head[f.name] for f in fields(cls) if f.name in head}
     return cls(**given), head.get("id")
+
+
+# -- answers and callbacks ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The student process's answer to request ``id``: ``ok`` (wire-encoded) or ``err``; to a
+    :class:`Call`, also ``gens`` (its generators' new states) and ``graph`` (the handle a
+    :class:`Backward` names)."""
+
+    id: Any
+    ok: Any = None
+    err: ErrorReport | None = None
+    gens: Any = None
+    graph: Any = None
+
+    def to_header(self) -> dict:
+        head: dict = {"id": self.id}
+        if self.err is not None:
+            head["err"] = self.err.to_dict()
+        else:
+            head["ok"] = self.ok
+        head |= {k: v for k, v in (("gens", self.gens), ("graph", self.graph)) if v is not None}
+        return head
+
+    @classmethod
+    def read(cls, head: dict) -> Reply:
+        """From the student process's header, which the judge trusts in nothing: ``err``
+        checked here; ``ok``, ``gens`` and ``graph`` as sent, for the caller to check."""
+        err = ErrorReport.checked(head["err"]) if "err" in head else None
+        return cls(head.get("id"), head.get("ok"), err, head.get("gens"), head.get("graph"))
+
+
+@dataclass(frozen=True)
+class Callback:
+    """The student's code calls the judge's function ``cb`` (handed to it by a test), with
+    the encoded ``{"args", "kwargs"}``; ``seq`` numbers the call."""
+
+    cb: Any
+    seq: Any
+    data: Any = None
+
+    def to_header(self) -> dict:
+        return {"cb": self.cb, "seq": self.seq, "data": self.data}
+
+    @classmethod
+    def read(cls, head: dict) -> Callback | None:
+        """The callback in ``head``, or None when ``head`` is not one (a reply)."""
+        if "cb" not in head:
+            return None
+        return cls(head.get("cb"), head.get("seq"), head.get("data"))
+
+
+@dataclass(frozen=True)
+class CallbackReply:
+    """The judge's answer to callback ``seq``: ``ok`` (wire-encoded) or ``err`` (a text)."""
+
+    seq: Any
+    ok: Any = None
+    err: str | None = None
+
+    def to_header(self) -> dict:
+        if self.err is not None:
+            return {"cbreply": self.seq, "err": self.err}
+        return {"cbreply": self.seq, "ok": self.ok}
+
+    @classmethod
+    def read(cls, head: dict) -> CallbackReply:
+        err = str(head["err"]) if "err" in head else None
+        return cls(head.get("cbreply"), head.get("ok"), err)

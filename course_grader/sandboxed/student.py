@@ -43,11 +43,14 @@ from course_grader.sandboxed.messages import (
     Backward,
     Bye,
     Call,
+    Callback,
+    CallbackReply,
     Cell,
     CellFailed,
     CellsDone,
     ErrorReport,
     GetAttr,
+    Reply,
     Resolve,
     Setup,
     Started,
@@ -293,13 +296,14 @@ class _Server:
             data = wire.encode({"args": list(args), "kwargs": kwargs}, blobs, codec)
         except wire.Unsendable as exc:
             raise CallbackError(f"cannot pass this to the grader's {cb._type}: {exc}") from None
-        self.send({"cb": cb._cid, "seq": seq, "data": data}, blobs)
+        self.send(Callback(cb._cid, seq, data).to_header(), blobs)
         header, blobs = wire.recv(self.sock)
-        if header.get("cbreply") != seq:
+        reply = CallbackReply.read(header)
+        if reply.seq != seq:
             raise wire.ProtocolError("unexpected message while waiting for a callback")
-        if "err" in header:
-            raise CallbackError(str(header["err"]))
-        return wire.decode(header.get("ok"), blobs, _StudentCodec(self))
+        if reply.err is not None:
+            raise CallbackError(reply.err)
+        return wire.decode(reply.ok, blobs, _StudentCodec(self))
 
     def handle(self, header: dict, blobs: list[bytes]) -> bool:
         """Answer one request of the judge; False when it says goodbye."""
@@ -319,7 +323,7 @@ class _Server:
             self.handles.clear()
             self.graphs.clear()
             self.generation += 1
-            self.send({"id": rid, "ok": None})
+            self.send(Reply(rid).to_header())
         return True
 
     def _resolve(self, rid, names: list) -> None:
@@ -341,10 +345,10 @@ class _Server:
             vblobs: list[bytes] = []
             encoded = wire.encode(plain, vblobs, codec)
         except Exception as exc:  # noqa: BLE001
-            self.send({"id": rid, "err": error_report(exc, unsendable=True).to_dict()})
+            self.send(Reply(rid, err=error_report(exc, unsendable=True)).to_header())
             return
         meta = {k: v for k, v in out.items() if "value" not in v}
-        self.send({"id": rid, "ok": {"values": encoded, "meta": meta}}, vblobs)
+        self.send(Reply(rid, {"values": encoded, "meta": meta}).to_header(), vblobs)
 
     def _call(self, rid, request: Call | GetAttr, blobs: list[bytes]) -> None:
         import torch
@@ -354,7 +358,7 @@ class _Server:
         target = self.handles.get(request.target)
         if target is None:
             missing = ErrorReport(name="LookupError", summary="no such object")
-            self.send({"id": rid, "err": missing.to_dict()})
+            self.send(Reply(rid, err=missing).to_header())
             return
         try:
             payload = wire.decode(request.data, blobs, codec)
@@ -366,22 +370,22 @@ class _Server:
         except BaseException as exc:  # noqa: B036 - anything the student's code raises
             if isinstance(exc, wire.ProtocolError | wire.Closed):
                 raise
-            self.send({"id": rid, "err": error_report(exc).to_dict()})
+            self.send(Reply(rid, err=error_report(exc)).to_header())
             return
-        extra: dict = {}
+        gens, graph = None, None
         rblobs: list[bytes] = []
         codec.outputs = []
         try:
             if codec.generators:
-                extra["gens"] = [wire.encode(g.get_state(), rblobs) for g in codec.generators]
+                gens = [wire.encode(g.get_state(), rblobs) for g in codec.generators]
             data = wire.encode(result, rblobs, codec)
         except Exception as exc:  # noqa: BLE001 - an unsendable or hostile result
-            self.send({"id": rid, "err": error_report(exc, unsendable=True).to_dict()})
+            self.send(Reply(rid, err=error_report(exc, unsendable=True)).to_header())
             return
         if codec.inputs and codec.outputs:
-            extra["graph"] = self.new_handle(None)
-            self.graphs[extra["graph"]] = (codec.inputs, codec.outputs)
-        self.send({"id": rid, "ok": data, **extra}, rblobs)
+            graph = self.new_handle(None)
+            self.graphs[graph] = (codec.inputs, codec.outputs)
+        self.send(Reply(rid, data, gens=gens, graph=graph).to_header(), rblobs)
 
     def _backward(self, rid, request: Backward, blobs: list[bytes]) -> None:
         import torch
@@ -398,10 +402,10 @@ class _Server:
                 retain_graph=True,
             )
         except BaseException as exc:  # noqa: B036
-            self.send({"id": rid, "err": error_report(exc).to_dict()})
+            self.send(Reply(rid, err=error_report(exc)).to_header())
             return
         gb: list[bytes] = []
-        self.send({"id": rid, "ok": wire.encode(list(got), gb)}, gb)
+        self.send(Reply(rid, wire.encode(list(got), gb)).to_header(), gb)
 
 
 # -- cells --------------------------------------------------------------------------------------
