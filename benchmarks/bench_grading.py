@@ -2,7 +2,7 @@
 
 The 30 submissions are 10 copies each of the solution, the untouched stub and
 a wrong solution (every output of the wrong shape), all of
-``ch01-lstm-cell``, graded exactly as ``python -m course_lib.grading grade``
+``ch01-lstm-cell``, graded exactly as ``python -m course_grader grade``
 does: each in its own bwrap sandbox with its tests in a judge process, ``jobs``
 submissions at once (default: every core).
 There is no peer: the row compares the time with the goal.  ``--quick``
@@ -31,8 +31,8 @@ def grade_submissions(
     copies: int = 10, jobs: int | None = None, hidden: bool = False, sandbox: bool = True
 ):
     """Grade ``copies`` x (solution, stub, wrong); returns ``(rows, seconds)``."""
-    from course_lib.grading.grade import grade_batch, write_csv
-    from course_lib.grading.notebook import read_notebook
+    from course_grader.grade import grade_batch, write_csv
+    from course_grader.notebook import read_notebook
 
     solution = read_notebook(ROOT / "solutions" / "ch01_lstm_cell.ipynb")
     stub = read_notebook(ROOT / "exercises" / "ch01_lstm_cell.ipynb")
@@ -72,7 +72,7 @@ def run(cfg: Config) -> list[dict]:
         "group": "grading",
         "what": f"batch grading of {3 * copies} submissions",
         "size": f"{copies} x (solution, stub, wrong) of ch01-lstm-cell, sandboxed",
-        "ours": "course_lib.grading grade_batch",
+        "ours": "course_grader grade_batch",
         "peer": "none (goal: under 2 minutes)",
         "metric": "time",
         "repeats": 1,

@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:  # run as a script, the benchmarks package sits be
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_grading import grade_submissions  # noqa: E402
-from course_lib.grading.grade import summary  # noqa: E402
+from course_grader.grade import summary  # noqa: E402
 
 
 def main() -> None:

@@ -483,7 +483,7 @@ def test_every_exercise_passes_its_tests_in_colab(colab, tmp_path):
     gradebook = tmp_path / "grades.csv"
     solutions = sorted((ROOT / "solutions").glob("*.ipynb"))
     start = time.perf_counter()
-    cmd = [str(colab.python), "-m", "course_lib.grading", "grade", *map(str, solutions)]
+    cmd = [str(colab.python), "-m", "course_grader", "grade", *map(str, solutions)]
     cmd += [
         "--csv",
         str(gradebook),

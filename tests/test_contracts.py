@@ -448,12 +448,13 @@ TEST_ONLY = {
 
 def _course_texts() -> dict[str, str]:
     """Where a public name may be used: the cells of notebooks, exercises and solutions,
-    the grading assignments and every course_lib module (grading included)."""
+    the grading assignments, every course_lib module (grading included) and the
+    instructor's grader (course_grader)."""
     texts = {}
     for folder in ("notebooks", "exercises", "solutions"):
         for p in _notebooks(folder):
             texts[_rel(p)] = "\n".join(src for _, src in _cells(p))
-    for p in sorted(LIB.rglob("*.py")):
+    for p in [*sorted(LIB.rglob("*.py")), *sorted((ROOT / "course_grader").rglob("*.py"))]:
         texts[_rel(p)] = p.read_text(encoding="utf-8")
     return texts
 

@@ -25,17 +25,17 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import checker, registry
-from course_lib.grading.check import check
-from course_lib.grading.grade import grade_batch, write_csv
-from course_lib.grading.notebook import (
+from course_grader.grade import grade_batch, write_csv
+from course_grader.notebook import (
     assignment_of,
     cell_source,
     code_cells,
     dumps_notebook,
     read_notebook,
 )
-from course_lib.grading.sync import SyncError, make_exercise, sync
+from course_grader.sync import SyncError, make_exercise, sync
+from course_lib.grading import checker, registry
+from course_lib.grading.check import check
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -529,3 +529,76 @@ def test_grading_twice_gives_the_same_csv(tmp_path):
     write_csv(grade_batch(paths, assignment=LSTM, hidden_dir=HIDDEN), tmp_path / "a.csv")
     write_csv(grade_batch(paths[::-1], assignment=LSTM, hidden_dir=HIDDEN), tmp_path / "b.csv")
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+STUDENT_SIDE_PROBE = """
+import pkgutil, sys
+import course_lib
+from course_lib.grading import checker, registry
+
+for info in pkgutil.walk_packages(course_lib.__path__, "course_lib."):
+    if not info.name.endswith("__main__"):  # the forwarding command, run by instructors only
+        __import__(info.name)
+for aid in registry.known_assignments():
+    registry.load_assignment(aid)  # every assignment's visible tests
+
+def lstm_num_parameters(input_size, hidden_size, num_layers=1):
+    return 4 * hidden_size * (input_size + hidden_size + 2) * num_layers
+
+check = checker("ch01-lstm-cell")
+check("q3")
+print("LOADED", sorted(m for m in sys.modules if m.split(".")[0] == "course_grader"))
+"""
+
+
+def test_the_students_side_never_imports_the_instructors_grader():
+    """Issue 29: a student's notebook imports course_lib (every module of it), loads the
+    visible tests and runs ``check``, and the instructor's package course_grader is never
+    imported. (``python -m course_lib.grading`` forwards to it; a student never runs it.)"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("COURSE_GRADING", None)
+    out = subprocess.run(
+        [sys.executable, "-c", STUDENT_SIDE_PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ch01-lstm-cell, question q3:" in out.stdout, out.stdout  # check() did run
+    assert "LOADED []" in out.stdout, out.stdout
+
+
+def test_course_lib_grading_forwards_to_the_grader():
+    """The old command, ``python -m course_lib.grading ...``, still runs the grader's."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "course_lib.grading", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "python -m course_grader" in out.stdout and "gradescope" in out.stdout
+
+
+def test_the_sandbox_shows_only_the_sandboxed_part_of_the_grader():
+    """Of course_grader, only sandboxed/ (the student process, the wire format, the shared
+    messages) and the package's empty __init__ are bound into a submission's sandbox; the
+    judge's modules (tests, flags, gradebooks) are not, and nothing in sandboxed/ imports them."""
+    from course_grader import sandbox
+
+    binds = sandbox._binds()
+    grader = str(sandbox.GRADER_DIR)
+    sources = [binds[i + 1] for i, a in enumerate(binds) if a == "--ro-bind"]
+    assert sorted(s for s in sources if s.startswith(grader)) == [
+        f"{grader}/__init__.py",
+        f"{grader}/sandboxed",
+    ]
+    init = (sandbox.GRADER_DIR / "__init__.py").read_text()
+    assert not re.search(r"^\s*(import|from)\s", init, re.M), "course_grader/__init__ imports"
+    for path in sorted((sandbox.GRADER_DIR / "sandboxed").glob("*.py")):
+        for m in re.finditer(r"^\s*(?:from|import)\s+(course_\w+[\w.]*)", path.read_text(), re.M):
+            assert m.group(1).startswith("course_grader.sandboxed"), (path.name, m.group(1))

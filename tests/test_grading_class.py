@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import cgroup, gradebook, gradescope, late, overrides, roster
-from course_lib.grading.notebook import read_notebook
+from course_grader import cgroup, gradebook, gradescope, late, overrides, roster
+from course_grader.notebook import read_notebook
 from tests.test_grading import _cli, _code_cell
 
 ROOT = Path(__file__).resolve().parents[1]

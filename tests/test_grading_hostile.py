@@ -41,8 +41,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading.notebook import cell_source, read_notebook
-from course_lib.grading.sandbox import SandboxUnavailable, require_bwrap
+from course_grader.notebook import cell_source, read_notebook
+from course_grader.sandbox import SandboxUnavailable, require_bwrap
+from course_grader.sandboxed.messages import Cell, CellFailed
 from tests.test_grading import _code_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -617,8 +618,8 @@ def test_the_flags_column_points_at_every_hostile_submission(hostile):
 
 def test_the_sandbox_hides_the_host(tmp_path):
     """Run one cell in the sandbox and look at what it sees (the instructor's view of item 2)."""
-    from course_lib.grading.remote import Session
-    from course_lib.grading.sandbox import Limits
+    from course_grader.remote import Session
+    from course_grader.sandbox import Limits
 
     secrets = [ROOT / "tests", ROOT / "solutions", ROOT / ".git", HIDDEN, tmp_path]
     (tmp_path / "classmate.ipynb").write_text("{}")
@@ -644,10 +645,10 @@ for path in ("/usr/x", "/opt/course/course_lib/x", "/x", {str(ROOT / "x")!r}):
         seen[path] = "read-only"
 open("/tmp/x", "w").write("private")
 """
-    session = Session([{"number": 1, "source": probe}], Limits(), cells_timeout=60, uid=2_999_991)
+    session = Session([Cell(1, probe)], Limits(), cells_timeout=60, uid=2_999_991)
     events, kind, reason = session.start()
     assert kind is None, (kind, reason, events)
-    assert not [e for e in events if e["event"] == "cell"], events
+    assert not [e for e in events if isinstance(e, CellFailed)], events
     seen = session.namespace(["seen"])["seen"]
     session.close()
 
@@ -717,7 +718,7 @@ def test_a_python_installed_under_tmp_is_not_hidden_by_the_private_tmp(monkeypat
     """A checkout or virtual environment under /tmp is bound after the sandbox's own /tmp
     is mounted; the other way round the tmpfs hides it and every student process dies at
     start (this happened to a clean clone made under /tmp)."""
-    from course_lib.grading import sandbox
+    from course_grader import sandbox
 
     monkeypatch.setattr(sandbox, "_python_roots", lambda: ["/tmp/checkout/.venv"])
     args = sandbox._binds()

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import cgroup
-from course_lib.grading.grade import grade_batch
-from course_lib.grading.notebook import read_notebook
+from course_grader import cgroup
+from course_grader.grade import grade_batch
+from course_grader.notebook import read_notebook
 from tests.test_grading import _code_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,14 +96,14 @@ def _by_name(rows) -> dict:
 # Here: 4 GB reserved (PROT_NONE), 1 GB of read-only "library", 1 GB writable, untouched.
 LIMITS_PROBE = """
 import mmap, os, sys
-from course_lib.grading.sandbox import Limits
-from course_lib.grading.student import _set_limits
+from course_grader.sandbox import Limits
+from course_grader.sandboxed.rlimits import set_limits
 
 private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000  # MAP_NORESERVE
 reserve = mmap.mmap(-1, 4 << 30, flags=private, prot=0)
 library = mmap.mmap(-1, 1 << 30, flags=private, prot=mmap.PROT_READ)
 library_data = mmap.mmap(-1, 1 << 30, flags=private, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-_set_limits(Limits(memory_mb=512, nice=7, cpu_seconds=None))
+set_limits(Limits(memory_mb=512, nice=7, cpu_seconds=None))
 print("nice", os.nice(0))
 small = bytearray(100 << 20)  # fits in 512 MB
 print("small ok")

@@ -18,11 +18,12 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.grading import wire
+from course_grader.remote import RemoteObject, Session, StudentGone
+from course_grader.sandbox import Limits
+from course_grader.sandboxed import wire
+from course_grader.sandboxed.messages import Cell
 from course_lib.grading.expect import TestFailed
-from course_lib.grading.remote import RemoteObject, Session, StudentGone
 from course_lib.grading.runner import RemoteError, student_error
-from course_lib.grading.sandbox import Limits
 
 
 def _roundtrip(value):
@@ -167,7 +168,7 @@ ANSWER = 42
 
 @pytest.fixture(scope="module")
 def session():
-    s = Session([{"number": 1, "source": NOTEBOOK}], Limits(), cells_timeout=60, call_timeout=3)
+    s = Session([Cell(1, NOTEBOOK)], Limits(), cells_timeout=60, call_timeout=3)
     events, kind, reason = s.start()
     assert kind is None, (kind, reason, events)
     yield s

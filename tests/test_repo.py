@@ -128,13 +128,14 @@ def test_pyproject_declares_what_the_notebooks_import():
         return {re.match(r"[\w.-]+", r).group(0).lower() for r in reqs}
 
     declared = names(project["dependencies"])
-    for extra in ("notebooks", "data", "jupyter"):
+    for extra in ("notebooks", "data", "jupyter", "grader"):
         declared |= names(extras[extra]) - {"course-lib"}
     assert "course-lib[data]" in extras["notebooks"]
     # import name -> distribution name, where they differ
     distribution = {"sklearn": "scikit-learn", "IPython": "ipython"}
     imported = set()
     sources = [p.read_text() for p in (ROOT / "course_lib").rglob("*.py")]
+    sources += [p.read_text() for p in (ROOT / "course_grader").rglob("*.py")]
     for path in _notebooks():
         nb = json.loads(path.read_text())
         sources += ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
@@ -147,7 +148,7 @@ def test_pyproject_declares_what_the_notebooks_import():
     third_party = {
         distribution.get(n, n).lower().replace("_", "-")
         for n in imported
-        if n not in sys.stdlib_module_names and n not in {"course_lib", "the"}
+        if n not in sys.stdlib_module_names and n not in {"course_lib", "course_grader", "the"}
     }
     missing = third_party - declared - {"ipython"}  # IPython is the kernel itself
     assert not missing, f"imported but not declared in pyproject.toml: {sorted(missing)}"
@@ -181,7 +182,15 @@ def _ruff(*args: str) -> subprocess.CompletedProcess:
 
 
 # Every folder of Python code (book/ holds the Sphinx extension and conf).
-LINTED = ("course_lib", "benchmarks", "tests", "notebooks", "solutions", "exercises")
+LINTED = (
+    "course_lib",
+    "course_grader",
+    "benchmarks",
+    "tests",
+    "notebooks",
+    "solutions",
+    "exercises",
+)
 
 
 def test_ruff_lint():
@@ -199,10 +208,12 @@ def test_public_functions_have_type_hints():
     import inspect
     import pkgutil
 
+    import course_grader
     import course_lib
 
     missing = []
-    for info in pkgutil.walk_packages(course_lib.__path__, "course_lib."):
+    packages = [(course_lib.__path__, "course_lib."), (course_grader.__path__, "course_grader.")]
+    for info in (i for path, prefix in packages for i in pkgutil.walk_packages(path, prefix)):
         if info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
@@ -215,9 +226,12 @@ def test_public_functions_have_type_hints():
     assert not missing, f"public functions without a return type hint: {missing}"
 
 
-#: The size limits of course_lib's modules (grading/ excepted): one concept per module.
+#: The size limits of course_lib's and course_grader's modules: one concept per module.
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
+#: The packages the limits apply to: the teaching library (with the student's side of
+#: grading) and the instructor's grader (issue 29).
+SIZE_LIMITED = ("course_lib", "course_grader")
 
 #: Functions allowed over MAX_FUNCTION_LINES for now, each to be split by its module's owner.
 LONG_FUNCTIONS_ALLOWED = {
@@ -231,15 +245,14 @@ def size_offenders(
 ) -> tuple[list[str], list[str], list[str]]:
     """Modules over MAX_MODULE_LINES, functions (methods and nested ones included) over
     MAX_FUNCTION_LINES (``end_lineno - lineno + 1``, decorators not counted) and
-    allow-list entries that no longer need their place, in ``root/course_lib`` minus
-    ``grading/``."""
+    allow-list entries that no longer need their place, in ``root/course_lib`` and
+    ``root/course_grader``."""
     import ast
 
     modules, functions, long_ones = [], [], set()
-    for path in sorted((root / "course_lib").rglob("*.py")):
+    paths = [p for package in SIZE_LIMITED for p in sorted((root / package).rglob("*.py"))]
+    for path in paths:
         rel = path.relative_to(root)
-        if "grading" in rel.parts:
-            continue
         text = path.read_text(encoding="utf-8")
         if (n := len(text.splitlines())) > MAX_MODULE_LINES:
             modules.append(f"{rel}: {n} lines")
@@ -256,8 +269,9 @@ def size_offenders(
 
 
 def test_course_lib_modules_and_functions_stay_small():
-    """Convention (developers' guide): no course_lib module over 500 lines, no function over
-    80 (grading/ excepted); split along the concepts, re-exporting moved names."""
+    """Convention (developers' guide): no module of course_lib (grading included) or of the
+    grader course_grader over 500 lines, no function over 80; split along the concepts,
+    re-exporting moved names."""
     modules, functions, stale = size_offenders(ROOT, LONG_FUNCTIONS_ALLOWED)
     assert not modules, f"modules over {MAX_MODULE_LINES} lines (split them): {modules}"
     assert not functions, f"functions over {MAX_FUNCTION_LINES} lines (split them): {functions}"
@@ -265,19 +279,39 @@ def test_course_lib_modules_and_functions_stay_small():
 
 
 def test_the_size_checker_reports_long_modules_and_functions(tmp_path):
-    """Guards the size checker: a planted long module and long function are reported, the
-    grading package and allow-listed functions are not, and a stale allow-list entry is."""
+    """Guards the size checker: a planted long module and long function are reported, in
+    course_lib, its grading/ and course_grader (a nested method too); allow-listed functions
+    are not, and a stale allow-list entry is."""
     lib = tmp_path / "course_lib"
+    grader = tmp_path / "course_grader" / "sandboxed"
     (lib / "grading").mkdir(parents=True)
+    grader.mkdir(parents=True)
     body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
     long_function = "def long():\n" + body  # MAX_FUNCTION_LINES + 1 lines
+    long_method = (
+        "class S:\n    def handle(self):\n" + "    " + body.replace("\n    ", "\n        ")
+    )
     (lib / "big.py").write_text("x = 0\n" * (MAX_MODULE_LINES + 1))
     (lib / "f.py").write_text(long_function + "\n\nclass C:\n    def ok(self):\n        pass\n")
     (lib / "grading" / "g.py").write_text(long_function + "x = 0\n" * MAX_MODULE_LINES)
+    (grader / "s.py").write_text(long_method)
     modules, functions, stale = size_offenders(tmp_path)
-    assert modules == [f"course_lib/big.py: {MAX_MODULE_LINES + 1} lines"]
-    assert functions == [f"course_lib/f.py:long (line 1): {MAX_FUNCTION_LINES + 1} lines"]
-    allowed = {"course_lib/f.py:long", "course_lib/f.py:ok"}
+    n = MAX_FUNCTION_LINES + 1
+    assert modules == [
+        f"course_lib/big.py: {MAX_MODULE_LINES + 1} lines",
+        f"course_lib/grading/g.py: {MAX_MODULE_LINES + n} lines",
+    ]
+    assert functions == [
+        f"course_lib/f.py:long (line 1): {n} lines",
+        f"course_lib/grading/g.py:long (line 1): {n} lines",
+        f"course_grader/sandboxed/s.py:handle (line 2): {n} lines",
+    ]
+    allowed = {
+        "course_lib/f.py:long",
+        "course_lib/grading/g.py:long",
+        "course_grader/sandboxed/s.py:handle",
+        "course_lib/f.py:ok",
+    }
     assert size_offenders(tmp_path, allowed)[1:] == ([], ["course_lib/f.py:ok"])
 
 

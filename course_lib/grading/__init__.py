@@ -7,32 +7,17 @@ In an exercise notebook, after the standard opening cells::
     check = checker("ch01-lstm-cell")
 
 then ``check("q1")`` after question 1 runs its visible tests and says, per
-test, PASS or what was expected. Instructors use the command line::
-
-    python -m course_lib.grading sync [--check]
-    python -m course_lib.grading grade SUBMISSION.ipynb ... --csv gradebook.csv [--hidden DIR]
-    python -m course_lib.grading gradebook CLASS.csv ... --out course.csv [--canvas canvas.csv]
-    python -m course_lib.grading gradescope --assignment ID
-
-Modules: :mod:`~course_lib.grading.registry` (``@test``, assignments),
-:mod:`~course_lib.grading.expect` (comparisons with messages),
+test, PASS or what was expected. This is the student's side of grading, all a
+student's install needs: :mod:`~course_lib.grading.registry` (``@test``,
+assignments), :mod:`~course_lib.grading.expect` (comparisons with messages),
 :mod:`~course_lib.grading.runner` (one test, any outcome),
-:mod:`~course_lib.grading.check` (the student's ``check``),
-:mod:`~course_lib.grading.sync` (solutions to exercises),
-:mod:`~course_lib.grading.grade` (batch grading: one row per file, always),
-:mod:`~course_lib.grading.judge` (one submission's tests, in a trusted process),
-:mod:`~course_lib.grading.student` (the student's code, alone in its sandbox),
-:mod:`~course_lib.grading.remote` (the judge's proxies of the student's functions),
-:mod:`~course_lib.grading.wire` (plain data between the two),
-:mod:`~course_lib.grading.sandbox` (bubblewrap),
-:mod:`~course_lib.grading.cgroup` (memory and CPU share per submission),
-:mod:`~course_lib.grading.flags` (what is worth the instructor's look);
-for a whole class, :mod:`~course_lib.grading.roster` (who submitted what),
-:mod:`~course_lib.grading.late` (deadlines), :mod:`~course_lib.grading.overrides`
-(adjustments by hand), :mod:`~course_lib.grading.gradebook` (the class and course
-gradebooks, Canvas and Moodle files), :mod:`~course_lib.grading.report` (the
-HTML class report), :mod:`~course_lib.grading.outputs` (what ``grade`` writes)
-and :mod:`~course_lib.grading.gradescope` (Gradescope's autograder).
+:mod:`~course_lib.grading.check` (the student's ``check``) and
+``assignments/`` (the visible tests). The hidden tests are never here.
+
+The instructor's side (``sync``, ``grade``, the judge, the sandbox, the
+gradebooks) is the separate package :mod:`course_grader`
+(``pip install "course-lib[grader]"``; ``python -m course_grader ...``). Nothing
+here imports it.
 """
 
 from course_lib.grading.check import check, checker

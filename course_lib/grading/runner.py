@@ -108,7 +108,7 @@ class RemoteError(Exception):
 
     ``report`` says what the student's side saw: the exception's type name, a
     one-line summary, where in the notebook (``code cell 3, line 4``) and that
-    line. :mod:`course_lib.grading.remote` raises it, as an instance of the
+    line. :mod:`course_grader.remote` raises it, as an instance of the
     builtin type too when that is a common one (``ValueError``...).
     """
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.grading.notebook import (
+from course_grader.notebook import (
     NotebookError,
     assignment_of,
     cell_source,

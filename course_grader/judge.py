@@ -1,23 +1,12 @@
 """The judge: grades ONE submission, holding the tests, outside the student's process.
 
-Started by :mod:`course_lib.grading.grade` as ``python -m course_lib.grading.judge``
+Started by :mod:`course_grader.grade` as ``python -m course_grader.judge``
 (a trusted process: no student code ever runs in it). It reads a job (JSON on
 stdin: the code cells, the assignment id, the hidden tests' source, the
 limits), starts the student's process in its sandbox
-(:class:`~course_lib.grading.remote.Session`), and runs every test here,
+(:class:`~course_grader.remote.Session`), and runs every test here,
 handing each one proxies of the student's functions. It writes one JSON line
-per event on stdout:
-
-* ``{"event": "started"}``, then ``{"event": "cell", "number": n, "kind": ...,
-  "reason": ...}`` for each code cell that did not run to the end, then
-  ``{"event": "cells-done"}``, or ``{"event": "stopped", "kind": ..., "reason":
-  ...}`` when the cells never finished (timeout, crash);
-* ``{"event": "test", "id": ..., "fraction": ..., "message": ..., "call": ...,
-  "kind": ...}`` per test (``call``: what the test last called, visible tests
-  only; ``kind``: ``timeout``/``crashed``/``protocol`` when the student's
-  process stopped during this test);
-* ``{"event": "restart", ...}`` when a fresh process replaces one that stopped;
-* ``{"event": "done"}``.
+per event on stdout (the messages of :mod:`course_grader.events`).
 
 Visible tests run first, then hidden ones, so that nothing a hidden test
 passes to the student's code can come back in a visible test's message.
@@ -25,51 +14,27 @@ passes to the student's code can come back in a visible test's message.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from dataclasses import asdict, dataclass
 
-from course_lib.grading import cgroup
+from course_grader import cgroup
+from course_grader.events import (
+    Done,
+    Event,
+    Job,
+    Restarted,
+    Stopped,
+    TestOutcome,
+    UsageReport,
+    to_line,
+)
+from course_grader.remote import Session, StudentGone
 from course_lib.grading.registry import TestSpec, load_assignment, load_hidden_tests
-from course_lib.grading.remote import Session, StudentGone
 from course_lib.grading.runner import run_test
-from course_lib.grading.sandbox import Limits
 
 __all__ = ["main", "Job"]
 
 MAX_RESTARTS = 4
-
-
-@dataclass
-class Job:
-    """What the batch grader asks one judge to do (JSON on the judge's stdin)."""
-
-    assignment: str
-    cells: list[dict]
-    timeout: float  # wall-clock seconds for the code cells
-    call_timeout: float  # wall-clock seconds for each call of a student's function
-    cpu_seconds: int  # CPU time of the student process
-    hidden_source: str | None = None
-    memory_mb: int | None = 2048
-    cpus: float | None = 1.0
-    processes: int = 64
-    sandboxed: bool = True
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Job:
-        return cls(**json.loads(text))
-
-    def limits(self) -> Limits:
-        return Limits(
-            memory_mb=self.memory_mb,
-            cpu_seconds=self.cpu_seconds,
-            processes=self.processes,
-            cpus=self.cpus,
-        )
 
 
 class _Judge:
@@ -77,20 +42,18 @@ class _Judge:
 
     def __init__(self, job: Job, report) -> None:
         self.job, self.report = job, report
-        self.limits = job.limits()
+        self.limits = job.limits
         self.runs = 0
         self.usage = cgroup.Usage()
         self.hung: dict[str, str] = {}  # function -> why it is not called again
         self.current: Session | None = None
 
-    def emit(self, **event) -> None:
-        self.report.write(json.dumps(event, sort_keys=True) + "\n")
+    def emit(self, event: Event) -> None:
+        self.report.write(to_line(event) + "\n")
         self.report.flush()
 
     def not_run(self, spec: TestSpec, why: str) -> None:
-        self.emit(
-            event="test", id=spec.id, fraction=0.0, message=f"not run: {why}", call="", kind=""
-        )
+        self.emit(TestOutcome(spec.id, 0.0, f"not run: {why}"))
 
     def session(self) -> Session:
         uid = 2_000_000 + (os.getpid() % 1_000_000) * 4 + self.runs % 4
@@ -108,13 +71,14 @@ class _Judge:
 
     def finish(self) -> None:
         self.emit(
-            event="usage",
-            cpu_seconds=self.usage.cpu_seconds,
-            wall_seconds=round(self.usage.wall_seconds, 3),
-            peak_mb=self.usage.peak_mb,
-            limits=cgroup.support().describe(),
+            UsageReport(
+                cpu_seconds=self.usage.cpu_seconds,
+                wall_seconds=round(self.usage.wall_seconds, 3),
+                peak_mb=self.usage.peak_mb,
+                limits=cgroup.support().describe(),
+            )
         )
-        self.emit(event="done")
+        self.emit(Done())
         self.report.close()
 
     def ready(self, spec: TestSpec) -> bool:
@@ -130,7 +94,7 @@ class _Judge:
             return False
         self.current = self.session()
         _, kind, _ = self.current.start()
-        self.emit(event="restart", ok=kind is None)
+        self.emit(Restarted(ok=kind is None))
         if kind is not None:
             self.current.kill(kind, "")
             self.not_run(spec, "the notebook's process could not be restarted")
@@ -155,12 +119,13 @@ class _Judge:
                 f"{current.fatal_call} did not return in an earlier test, so it is not called again"
             )
         self.emit(
-            event="test",
-            id=spec.id,
-            fraction=fraction,
-            message=message,
-            call="" if spec.hidden or not current.calls else current.calls[-1],
-            kind=(current.dead_kind or "") if stopped else "",
+            TestOutcome(
+                id=spec.id,
+                fraction=fraction,
+                message=message,
+                call="" if spec.hidden or not current.calls else current.calls[-1],
+                kind=(current.dead_kind or "") if stopped else "",
+            )
         )
         current.end_test()
 
@@ -171,9 +136,9 @@ class _Judge:
         self.current = self.session()
         events, kind, reason = self.current.start()
         for event in events:
-            self.emit(**event)
+            self.emit(event)
         if kind is not None:
-            self.emit(event="stopped", kind=kind, reason=reason or "")
+            self.emit(Stopped(kind=kind, reason=reason or ""))
             self.current.kill(kind, "")
             self.finish()
             return

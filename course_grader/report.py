@@ -97,7 +97,7 @@ def _table(crows: list) -> str:
 
 
 def write_report(crows: list, path: str | Path, title: str) -> None:
-    """Write the class report of ``crows`` (:class:`~course_lib.grading.gradebook.ClassRow`)."""
+    """Write the class report of ``crows`` (:class:`~course_grader.gradebook.ClassRow`)."""
     figures = "\n".join(
         f'<figure><img src="{src}" alt="{html.escape(alt)}"><figcaption>{html.escape(alt)}'
         "</figcaption></figure>"

@@ -1,11 +1,11 @@
 """What ``grade`` writes after grading, and the ``gradebook`` command (the course's merge).
 
 With none of ``--roster``, ``--due``, ``--overrides``, ``grade`` writes the
-per-file gradebook of :func:`course_lib.grading.grade.write_csv`. With any of
-them it writes the class gradebook (:mod:`~course_lib.grading.gradebook`): a
+per-file gradebook of :func:`course_grader.grade.write_csv`. With any of
+them it writes the class gradebook (:mod:`~course_grader.gradebook`): a
 row per student, with raw score, adjustment, days late, penalty and final
 score; the feedback files then also say what was adjusted and what being late
-cost. ``--report`` writes the class report (:mod:`~course_lib.grading.report`).
+cost. ``--report`` writes the class report (:mod:`~course_grader.report`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from course_lib.grading import gradebook, late, overrides, roster
-from course_lib.grading.grade import _columns, read_notebook_quietly, write_csv, write_feedback
-from course_lib.grading.report import write_report
+from course_grader import gradebook, late, overrides, roster
+from course_grader.report import write_report
+from course_grader.results import _columns, read_notebook_quietly, write_csv, write_feedback
 
 __all__ = ["class_options_given", "write_outputs", "run_gradebook_cli"]
 
@@ -170,7 +170,7 @@ def add_gradebook_command(sub) -> None:
 
 
 def add_gradescope_command(sub) -> None:
-    from course_lib.grading import gradescope
+    from course_grader import gradescope
 
     p = sub.add_parser("gradescope", help="grade one submission as Gradescope's autograder")
     p.add_argument("--assignment", required=True)

@@ -1,6 +1,6 @@
 """The judge's view of a student's process: proxies for the notebook's functions.
 
-A :class:`Session` starts one student process (:mod:`course_lib.grading.student`),
+A :class:`Session` starts one student process (:mod:`course_grader.sandboxed.student`),
 in its sandbox unless told otherwise, sends it the notebook's cells, and
 collects what happened to them. Then :meth:`Session.namespace` gives the tests
 what they ask for by name: a :class:`RemoteObject` for each function the
@@ -38,54 +38,45 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import os
-import re
-import signal
-import socket
-import subprocess
-import tempfile
 import time
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 
-from course_lib.grading import cgroup, sandbox, wire
+from course_grader.process import StudentGone, StudentProcess
+from course_grader.sandboxed import wire
+from course_grader.sandboxed.messages import (
+    Backward,
+    Call,
+    Callback,
+    CallbackReply,
+    ErrorReport,
+    GetAttr,
+    Release,
+    Reply,
+    Request,
+    Resolve,
+    identifier,
+    request_header,
+    short_text,
+)
 from course_lib.grading.expect import TestFailed
 from course_lib.grading.runner import RemoteError
-from course_lib.grading.student import PORTABLE_ERRORS
 
 __all__ = ["Session", "RemoteObject", "RemoteError", "StudentGone", "summarize"]
 
 MISSING = object()
 
 
-class StudentGone(TestFailed):
-    """The student's process stopped answering: a timeout, a crash or a broken protocol."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind  # "timeout", "crashed", "protocol", "gone"
-
-
 _error_types: dict[str, type] = {}
 
 
 def remote_error(report: Any) -> RemoteError:
-    """A :class:`RemoteError` for the student's exception ``report`` (a checked dict)."""
-    if not isinstance(report, dict):
-        report = {}
-    clean = {
-        "type": report.get("type") if report.get("type") in PORTABLE_ERRORS else "",
-        "name": _ident(report.get("name"), "Exception"),
-        "summary": _text(report.get("summary"), 300),
-        "where": _text(report.get("where"), 80),
-        "line": _text(report.get("line"), 120),
-        "exit": report.get("exit") is True,
-        "memory": report.get("memory") is True,
-        "unsendable": report.get("unsendable") is True,
-    }
+    """A :class:`RemoteError` for the student's exception ``report`` (checked here, unless it
+    already is an :class:`ErrorReport`)."""
+    checked = report if isinstance(report, ErrorReport) else ErrorReport.checked(report)
+    clean = checked.to_dict()
     base = getattr(builtins, clean["type"]) if clean["type"] else None
     key = clean["type"] or "-"
     if key not in _error_types:
@@ -94,16 +85,6 @@ def remote_error(report: Any) -> RemoteError:
     err = _error_types[key]()
     err.report = clean
     return err
-
-
-def _text(value: Any, limit: int) -> str:
-    text = " ".join(value.split()) if isinstance(value, str) else ""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _ident(value: Any, default: str) -> str:
-    text = re.sub(r"\W", "", value)[:60] if isinstance(value, str) else ""
-    return text if text and not text[0].isdigit() else default
 
 
 # -- remote objects ------------------------------------------------------------------------------
@@ -136,7 +117,7 @@ _remote_types: dict[str, type] = {}
 
 
 def _remote_class(type_name: str) -> type:
-    name = _ident(type_name, "object")
+    name = identifier(type_name, "object")
     if name not in _remote_types:
         _remote_types[name] = type(name, (RemoteObject,), {"__slots__": (), "remote_type": name})
     return _remote_types[name]
@@ -229,7 +210,7 @@ class _JudgeCodec(wire.Codec):
         if callable(value):
             cid = len(self.callbacks) + 1
             self.callbacks[cid] = value
-            return {"cb": [cid, _ident(type(value).__name__, "function")]}
+            return {"cb": [cid, identifier(type(value).__name__, "function")]}
         raise wire.Unsendable(
             f"a test passes a {type(value).__name__} to the student's function, which cannot "
             "cross to the student's process (plain data, torch.nn modules and functions can)"
@@ -308,218 +289,7 @@ def _replace(value: Any, new: dict[int, torch.Tensor]) -> Any:
     return value
 
 
-# -- the session ---------------------------------------------------------------------------------
-
-
-CELL_KINDS = ("syntax-error", "cell-error", "exit", "memory-limit")
-
-
-def _cell_event(header: dict) -> dict:
-    """The judge's event for a message the student process sends while its cells run."""
-    ev = header.get("ev")
-    if ev == "cell":
-        number = header.get("number")
-        kind = header.get("kind")
-        return {
-            "event": "cell",
-            "number": number if type(number) is int else 0,
-            "kind": kind if kind in CELL_KINDS else "cell-error",
-            "reason": _text(header.get("reason"), 300),
-        }
-    if ev in ("started", "cells-done"):
-        return {"event": ev}
-    raise wire.ProtocolError("unexpected message while the cells ran")
-
-
-class _StudentProcess:
-    """The life of one student process: started in its sandbox and control group, its cells
-    run, then killed once, with what ended it (:class:`Session` adds the requests)."""
-
-    def __init__(
-        self,
-        cells: list[dict],
-        limits: sandbox.Limits,
-        sandboxed: bool = True,
-        cells_timeout: float = 60.0,
-        call_timeout: float = 10.0,
-        uid: int | None = None,
-        max_bytes: int = 256 << 20,
-    ) -> None:
-        self.cells = cells
-        self.limits = limits
-        self.sandboxed = sandboxed
-        self.cells_timeout = cells_timeout
-        self.call_timeout = call_timeout
-        self.uid = uid
-        self.max_bytes = max_bytes
-        self.proc: subprocess.Popen | None = None
-        self.sock: socket.socket | None = None
-        self.dead: str | None = None  # why the session ended, when it did
-        self.dead_kind: str | None = None
-        self.hidden = False  # the current test is hidden: say nothing of it to the student
-        self.calls: list[str] = []  # what the current test called
-        self.fatal_call: str | None = None  # the function whose call ended the session
-        self._next_id = 0
-        self._names: dict[str, Any] = {}
-        self._stderr = None
-        self._workdir: tempfile.TemporaryDirectory | None = None
-        self.group: cgroup.Group | None = None  # its control group, where the machine allows
-        self.usage = cgroup.Usage()  # CPU time, wall time and memory of the process tree
-        self._started = 0.0
-
-    def start(self) -> tuple[list[dict], str | None, str | None]:
-        """Start the process and run the cells: (events, failure kind, failure reason).
-
-        ``failure kind`` is None when every cell ran (failing cells are events,
-        not failures), else ``"timeout"``, ``"crashed"`` or ``"protocol"``.
-        """
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        read_args, write_args = os.pipe()
-        argv, options, env, _ = sandbox.student_command(
-            self.sandboxed, self.limits, child.fileno(), read_args, self.uid
-        )
-        if options is not None:
-            os.write(write_args, options)  # a few kB: fits in the pipe
-        os.close(write_args)
-        self._stderr = tempfile.TemporaryFile()
-        cwd = None
-        if not self.sandboxed:
-            self._workdir = tempfile.TemporaryDirectory(prefix="course-grade-")
-            cwd = self._workdir.name
-            env = {**env, "HOME": cwd, "TMPDIR": cwd}
-        limits = self.limits
-        processes = limits.processes if self.sandboxed else None
-        self.group = cgroup.create(limits.memory_mb, limits.cpus, processes)
-        self._started = time.monotonic()
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                preexec_fn=self.group.enter if self.group else None,
-                stdin=subprocess.DEVNULL,
-                stdout=self._stderr,
-                stderr=self._stderr,
-                pass_fds=(child.fileno(), read_args),
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-            )
-        finally:
-            child.close()
-            os.close(read_args)
-        self.sock = parent
-        events: list[dict] = []
-        deadline = time.monotonic() + self.cells_timeout
-        try:
-            wire.send(parent, self._job())
-            while True:
-                header, _ = wire.recv(parent, deadline, limit=1 << 20)
-                event = _cell_event(header)
-                events.append(event)
-                if event["event"] == "cells-done":
-                    return events, None, None
-        except wire.Timeout:
-            self.kill("timeout", "")
-            return events, "timeout", None
-        except (wire.Closed, OSError):
-            code = self.kill("crashed", "")
-            return events, self.dead_kind, self._death(code)
-        except wire.ProtocolError as err:
-            self.kill("protocol", "")
-            return events, "protocol", f"the notebook's process broke the grading protocol ({err})"
-
-    def _job(self) -> dict:
-        """The first message to the student process: the cells and its limits."""
-        processes = self.limits.processes if self.sandboxed else 0
-        limits = dataclasses.replace(self.limits, processes=processes, extra_env={})
-        return {"cells": self.cells, "sandboxed": self.sandboxed, "limits": asdict(limits)}
-
-    def _death(self, code: int | None) -> str:
-        if self.dead_kind == "memory-limit":
-            return f"stopped by the grader's memory limit ({self.limits.memory_mb} MB resident)"
-        if code is not None and code < 0:
-            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-            return f"killed by {name}"
-        tail = b""
-        if self._stderr is not None:
-            try:
-                self._stderr.seek(0, os.SEEK_END)
-                size = self._stderr.tell()
-                self._stderr.seek(max(0, size - 2000))
-                tail = self._stderr.read()
-            except (OSError, ValueError):
-                pass
-        lines = tail.decode(errors="replace").strip().splitlines()
-        return f"exit code {code}" + (f"; {lines[-1][:200]}" if lines else "")
-
-    def kill(self, kind: str, message: str) -> int | None:
-        """End the process tree (the whole sandbox), once; return its exit code."""
-        if self.dead is None:
-            self.dead, self.dead_kind = message or kind, kind
-            self.fatal_call = getattr(self, "_calling", None)
-        code = None
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-        if self.proc is not None:
-            if kind == "crashed":  # it is ending by itself: let it, to learn its exit code
-                try:
-                    self.proc.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    pass
-            if self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                try:
-                    self.proc.kill()
-                except OSError:
-                    pass
-            try:
-                code = self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                code = None
-            try:  # an unsandboxed child that ran setsid: its group, if it kept one
-                os.killpg(self.proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self._end_group()
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-        return code
-
-    def _end_group(self) -> None:
-        """Record the tree's usage, learn whether the memory limit killed it, delete its group."""
-        if self._started:
-            self.usage.wall_seconds += time.monotonic() - self._started
-            self._started = 0.0
-        if self.group is None:
-            return
-        self.usage.add(self.group)
-        if self.group.oom_killed() and self.dead_kind == "crashed":
-            self.dead_kind = "memory-limit"
-            self.dead = (
-                f"stopped by the grader's memory limit ({self.limits.memory_mb} MB resident)"
-            )
-        self.group.remove()
-        self.group = None
-
-    def close(self) -> None:
-        if self.dead is None and self.sock is not None:
-            try:
-                wire.send(self.sock, {"op": "bye"})
-            except OSError:
-                pass
-        self.kill("gone", "the session was closed")
-
-
-class Session(_StudentProcess):
+class Session(StudentProcess):
     """One student process, its cells run, answering the tests' calls (see the module docstring)."""
 
     def _check(self) -> None:
@@ -528,19 +298,21 @@ class Session(_StudentProcess):
                 f"not checked: the notebook's process had stopped ({self.dead})", "gone"
             )
 
-    def _request(self, header: dict, blobs: list[bytes], label: str, codec: _JudgeCodec):
+    def _request(self, request: Request, blobs: list[bytes], label: str, codec: _JudgeCodec):
         self._check()
         self._next_id += 1
-        rid = header["id"] = self._next_id
+        rid = self._next_id
         deadline = time.monotonic() + self.call_timeout
         try:
-            wire.send(self.sock, header, blobs)
+            wire.send(self.sock, request_header(request, rid), blobs)
             while True:
-                reply, rblobs = wire.recv(self.sock, deadline, limit=self.max_bytes)
-                if "cb" in reply:
-                    self._serve_callback(reply, rblobs, codec)
+                head, rblobs = wire.recv(self.sock, deadline, limit=self.max_bytes)
+                callback = Callback.read(head)
+                if callback is not None:
+                    self._serve_callback(callback, rblobs, codec)
                     continue
-                if reply.get("id") != rid:
+                reply = Reply.read(head)
+                if reply.id != rid:
                     raise wire.ProtocolError("a reply out of order")
                 return reply, rblobs
         except wire.Timeout:
@@ -576,16 +348,14 @@ class Session(_StudentProcess):
             return f"killed by signal {-code}; out of memory or CPU time?"
         return f"exit code {code}; os._exit() or a crash in native code?"
 
-    def _serve_callback(self, header: dict, blobs: list[bytes], codec: _JudgeCodec) -> None:
-        seq = header.get("seq")
-        fn = codec.callbacks.get(header.get("cb")) if type(header.get("cb")) is int else None
-        reply: dict = {"cbreply": seq}
+    def _serve_callback(self, callback: Callback, blobs: list[bytes], codec: _JudgeCodec) -> None:
+        seq = callback.seq
+        fn = codec.callbacks.get(callback.cb) if type(callback.cb) is int else None
+        reply = CallbackReply(seq, err="this function of the grader is no longer available")
         out: list[bytes] = []
-        if fn is None:
-            reply["err"] = "this function of the grader is no longer available"
-        else:
+        if fn is not None:
             try:
-                payload = wire.decode(header.get("data"), blobs, _JudgeCodec(self))
+                payload = wire.decode(callback.data, blobs, _JudgeCodec(self))
                 args, kwargs = payload["args"], payload["kwargs"]
                 if type(args) is not list or type(kwargs) is not dict:
                     raise wire.ProtocolError("malformed callback")
@@ -595,30 +365,29 @@ class Session(_StudentProcess):
                 raise wire.ProtocolError(f"malformed callback ({err})") from None
             try:
                 result = fn(*args, **kwargs)
-                reply["ok"] = wire.encode(result, out, _JudgeCodec(self, callbacks=codec.callbacks))
+                ok = wire.encode(result, out, _JudgeCodec(self, callbacks=codec.callbacks))
+                reply = CallbackReply(seq, ok=ok)
             except Exception as exc:  # noqa: BLE001 - reported to the student's side, kept here
                 if codec.callback_error is None:
                     codec.callback_error = exc
                 out = []
-                reply.pop("ok", None)
-                reply["err"] = (
-                    "the grader's function rejected the call"
+                reply = CallbackReply(
+                    seq,
+                    err="the grader's function rejected the call"
                     if self.hidden
-                    else _text(f"{type(exc).__name__}: {exc}", 300)
+                    else short_text(f"{type(exc).__name__}: {exc}", 300),
                 )
-        wire.send(self.sock, reply, out)
+        wire.send(self.sock, reply.to_header(), out)
 
     def namespace(self, names: list[str]) -> dict[str, Any]:
         """What the notebook defines under ``names`` (absent names are left out)."""
         wanted = [n for n in names if n not in self._names]
         if wanted:
             codec = _JudgeCodec(self)
-            reply, blobs = self._request(
-                {"op": "resolve", "names": wanted}, [], "the notebook", codec
-            )
-            if "err" in reply:
-                raise remote_error(reply["err"])
-            ok = reply.get("ok")
+            reply, blobs = self._request(Resolve(wanted), [], "the notebook", codec)
+            if reply.err is not None:
+                raise remote_error(reply.err)
+            ok = reply.ok
             if type(ok) is not dict or type(ok.get("meta")) is not dict:
                 raise StudentGone("the notebook's process answered nonsense", "protocol")
             values = wire.decode(ok.get("values"), blobs, codec)
@@ -646,30 +415,29 @@ class Session(_StudentProcess):
         blobs: list[bytes] = []
         data = wire.encode({"args": list(args), "kwargs": dict(kwargs)}, blobs, codec)
         grad = grad and bool(codec.grad_inputs)
-        header = {"op": "call", "target": target._hid, "data": data, "grad": grad}
-        reply, rblobs = self._request(header, blobs, label, codec)
-        if "err" in reply:
+        reply, rblobs = self._request(Call(target._hid, data, grad), blobs, label, codec)
+        if reply.err is not None:
             if codec.callback_error is not None:
                 raise codec.callback_error
-            raise remote_error(reply["err"])
+            raise remote_error(reply.err)
         out = _JudgeCodec(self)
         try:
-            gens = reply.get("gens", [])
+            gens = reply.gens if reply.gens is not None else []
             if gens:
                 if type(gens) is not list or len(gens) != len(codec.generators):
                     raise wire.ProtocolError("generator states do not match")
                 for g, state in zip(codec.generators, gens, strict=True):
                     g.set_state(wire.decode(state, rblobs))
-            result = wire.decode(reply.get("ok"), rblobs, out)
+            result = wire.decode(reply.ok, rblobs, out)
         except (wire.ProtocolError, RuntimeError, TypeError, ValueError) as err:
             self.kill("protocol", f"the process sent a malformed result for {label}")
             raise StudentGone(
                 f"the notebook's process sent a malformed result for {label} ({err})", "protocol"
             ) from None
-        if grad and out.flagged and type(reply.get("graph")) is int:
+        if grad and out.flagged and type(reply.graph) is int:
             state = {
                 "session": self,
-                "graph": reply["graph"],
+                "graph": reply.graph,
                 "inputs": codec.grad_inputs,
                 "outputs": [t.detach() for t in out.flagged],
                 "label": label,
@@ -682,18 +450,18 @@ class Session(_StudentProcess):
         label = f"{target._label}.{name}"
         codec = _JudgeCodec(self)
         reply, blobs = self._request(
-            {"op": "getattr", "target": target._hid, "data": {"d": [["name", name]]}},
+            GetAttr(target._hid, {"d": [["name", name]]}),
             [],
             label,
             codec,
         )
-        if "err" in reply:
-            err = remote_error(reply["err"])
+        if reply.err is not None:
+            err = remote_error(reply.err)
             if isinstance(err, AttributeError):
                 raise AttributeError(f"{target.remote_type} has no attribute {name!r}")
             raise err
         try:
-            return wire.decode(reply.get("ok"), blobs, _JudgeCodec(self))
+            return wire.decode(reply.ok, blobs, _JudgeCodec(self))
         except wire.ProtocolError as err:
             self.kill("protocol", f"malformed attribute {label}")
             raise StudentGone(f"malformed attribute {label} ({err})", "protocol") from None
@@ -702,15 +470,15 @@ class Session(_StudentProcess):
         blobs: list[bytes] = []
         data = wire.encode(list(grads), blobs)
         reply, rblobs = self._request(
-            {"op": "backward", "graph": graph, "data": data},
+            Backward(graph, data),
             blobs,
             f"gradients of {label}",
             _JudgeCodec(self),
         )
-        if "err" in reply:
-            raise remote_error(reply["err"])
+        if reply.err is not None:
+            raise remote_error(reply.err)
         try:
-            return wire.decode(reply.get("ok"), rblobs)
+            return wire.decode(reply.ok, rblobs)
         except wire.ProtocolError as err:
             self.kill("protocol", "malformed gradients")
             raise StudentGone(f"malformed gradients for {label} ({err})", "protocol") from None
@@ -720,7 +488,7 @@ class Session(_StudentProcess):
         self.calls = []
         if self.dead is None:
             try:
-                reply, _ = self._request({"op": "release"}, [], "the notebook", _JudgeCodec(self))
+                reply, _ = self._request(Release(), [], "the notebook", _JudgeCodec(self))
             except StudentGone:
                 return
             self._names = {k: v for k, v in self._names.items() if not isinstance(v, RemoteObject)}

@@ -1,6 +1,6 @@
 """A control group per submission: its resident memory and its CPU share, bounded by the kernel.
 
-The judge (:mod:`course_lib.grading.judge`) puts each student process, and so
+The judge (:mod:`course_grader.judge`) puts each student process, and so
 every process it forks, into a control group of its own before any student
 code runs, with
 
@@ -20,7 +20,7 @@ Control groups need write access to the hierarchy: root, or a delegated
 subtree (``systemd-run --user --scope -p Delegate=yes python -m
 course_lib.grading grade ...``). Where neither is there, :func:`support`
 says so and the student process falls back on its own limits (see
-:func:`course_lib.grading.student._set_limits`): ``RLIMIT_DATA`` (writable
+:func:`course_grader.sandboxed.rlimits.set_limits`): ``RLIMIT_DATA`` (writable
 private memory, which reserved or read-only mappings such as a library's code
 do not count), ``RLIMIT_CPU`` per process, ``RLIMIT_NPROC`` and ``nice``.
 """
@@ -344,7 +344,7 @@ def footprint_mb(env: dict[str, str] | None = None) -> float:
     """
     if "mb" not in _footprint:
         code = (
-            "import re, course_lib.grading.student as _\n"
+            "import re, course_grader.sandboxed.student as _\n"
             "s = open('/proc/self/status').read()\n"
             "print(int(re.search(r'VmRSS:\\s+(\\d+)', s).group(1)))"
         )

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course_lib.grading.late import LatePolicy
-from course_lib.grading.overrides import Override, apply_overrides
-from course_lib.grading.roster import Matching, Student
+from course_grader.late import LatePolicy
+from course_grader.overrides import Override, apply_overrides
+from course_grader.roster import Matching, Student
 
 __all__ = ["ClassRow", "class_rows", "write_class_csv", "merge", "write_canvas", "write_moodle"]
 

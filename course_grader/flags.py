@@ -4,8 +4,8 @@
 never running them) and names what honest exercise code has no reason to do:
 
 ``grader-internals``
-    imports or names the grading machinery (``course_lib.grading`` beyond
-    ``checker``, ``TestFailed``, ``run_test``...);
+    imports or names the grading machinery (the instructor's ``course_grader``,
+    ``course_lib.grading`` beyond ``checker``; ``TestFailed``, ``run_test``...);
 ``frames``
     inspects the interpreter: ``sys._getframe``, ``inspect``, ``gc``,
     ``f_back``/``f_globals``, ``__closure__``, ``__code__``, ``ctypes``;
@@ -43,7 +43,7 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 
-from course_lib.grading.notebook import CodeCell, cell_source
+from course_grader.notebook import CodeCell, cell_source
 
 __all__ = ["flag_cells", "solution_regions"]
 
@@ -140,7 +140,8 @@ _STRINGS = [
     (re.compile(r"sitecustomize|usercustomize|\.pth\b"), "patching"),
     (
         re.compile(
-            r"hidden_tests|hidden_examples|gradebook|course_lib/grading|course_lib\.grading\.(?!check)"
+            r"hidden_tests|hidden_examples|gradebook|course_grader|"
+            r"course_lib/grading|course_lib\.grading\.(?!check)"
         ),
         "grader-internals",
     ),
@@ -248,6 +249,8 @@ def _import_flags(node: ast.Import | ast.ImportFrom) -> Iterator[str]:
         top = module.split(".")[0]
         if top in _MODULES:
             yield _MODULES[top]
+        if top == "course_grader":
+            yield "grader-internals"
         if module.startswith("course_lib.grading"):
             rest = module.removeprefix("course_lib.grading").lstrip(".")
             imported = set(names) if isinstance(node, ast.ImportFrom) else set()

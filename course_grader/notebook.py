@@ -7,8 +7,8 @@ newline), so a regenerated file is identical to the previous one.
 
 :func:`code_cells` turns a submission's code cells into plain Python: IPython
 syntax (``%pip``, ``!ls``, ``%%bash``, ``x = !cmd``) is translated by
-IPython's own transformer into ``get_ipython()`` calls, which the grading
-worker answers without running anything; top-level ``check(...)`` calls
+IPython's own transformer into ``get_ipython()`` calls, which the student
+process (:mod:`course_grader.sandboxed.student`) answers without running anything; top-level ``check(...)`` calls
 are blanked out (they only print the student's self-check).
 """
 

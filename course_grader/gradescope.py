@@ -24,8 +24,8 @@ import os
 import sys
 from pathlib import Path
 
-from course_lib.grading.grade import grade_batch
-from course_lib.grading.sandbox import SandboxUnavailable
+from course_grader.grade import grade_batch
+from course_grader.sandbox import SandboxUnavailable
 
 __all__ = ["results", "run", "write_setup"]
 

@@ -1,12 +1,13 @@
 """The sandbox each graded submission runs in: Debian's ``bubblewrap`` (``bwrap``).
 
 :func:`student_command` builds the command line of a student process
-(:mod:`course_lib.grading.student`) inside a fresh ``bwrap`` sandbox:
+(:mod:`course_grader.sandboxed.student`) inside a fresh ``bwrap`` sandbox:
 
 * **no network** (a new, empty network namespace) and no IPC or UTS sharing;
 * **a read-only view of only what Python needs**: ``/usr`` (and the ``/bin``,
   ``/lib`` links), the Python installation and virtual environment, the
-  ``course_lib`` package at ``/opt/course/course_lib``, the course data folder
+  ``course_lib`` package at ``/opt/course/course_lib`` and, of the grader, only
+  ``course_grader/sandboxed`` (the student process and the wire format), the course data folder
   when ``COURSE_DATA_DIR`` is set; nothing else of the host: no home folder,
   no other submission, no hidden tests, no gradebook, no grader working folder;
 * a private, size-limited ``/tmp`` (the working folder) that disappears with it;
@@ -18,7 +19,7 @@
   a few variables, and the bwrap arguments passed on a pipe (``--args``), so
   even the sandbox's ``/proc/1/cmdline`` names no host path;
 * a control group of its own where the machine allows one
-  (:mod:`course_lib.grading.cgroup`: resident memory, CPU share, processes);
+  (:mod:`course_grader.cgroup`: resident memory, CPU share, processes);
 * resource limits set by the student process before any student code runs:
   writable memory, CPU time, file size, open files, processes, niceness (when grading as
   root, the student process also drops to an unprivileged user of its own,
@@ -32,13 +33,15 @@ gives up.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import site
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from course_grader.sandboxed.messages import Limits
 
 __all__ = [
     "SandboxUnavailable",
@@ -49,7 +52,11 @@ __all__ = [
     "INSTALL_HINT",
 ]
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../course_lib
+GRADER_DIR = Path(__file__).resolve().parent  # .../course_grader
+#: course_lib's folder, found without importing it (its student side runs in the sandbox).
+PACKAGE_DIR = Path(importlib.util.find_spec("course_lib").origin).resolve().parent
+#: Where Python finds both packages outside the sandbox (one folder in a checkout or install).
+PACKAGE_PARENTS = tuple(dict.fromkeys(str(d.parent) for d in (PACKAGE_DIR, GRADER_DIR)))
 INNER_ROOT = "/opt/course"
 INSTALL_HINT = (
     "grading runs each submission in a bubblewrap sandbox, and `bwrap` was not found. "
@@ -67,28 +74,6 @@ processes, and leave processes running after grading. Use it only for code you t
 
 class SandboxUnavailable(RuntimeError):
     """``bwrap`` is missing or cannot create a sandbox on this machine (the message says why)."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one student process (and every process it starts).
-
-    ``memory_mb``: resident memory of the whole tree where control groups are
-    available, and everywhere writable private memory per process
-    (``RLIMIT_DATA``, see :func:`course_lib.grading.student._set_limits`);
-    ``cpus``: cores the tree may use at once (control groups only);
-    ``nice``: added to the student process's niceness, everywhere.
-    """
-
-    memory_mb: int | None = 2048
-    cpu_seconds: int | None = 120
-    cpus: float | None = 1.0
-    nice: int = 10
-    processes: int = 64
-    open_files: int = 256
-    file_mb: int = 256
-    tmp_mb: int = 256
-    extra_env: dict = field(default_factory=dict)
 
 
 def bwrap_path() -> str | None:
@@ -185,6 +170,12 @@ def _binds(data_dir: str | None = None, tmp_mb: int = 256) -> list[str]:
         args += [*_dirs_for(root, made), "--ro-bind", root, root]
     dest = f"{INNER_ROOT}/course_lib"
     args += [*_dirs_for(dest, made), "--ro-bind", str(PACKAGE_DIR), dest]
+    # Of the grader, only what runs in the sandbox: the package's (empty) __init__.py
+    # and sandboxed/. The judge's side (tests, flags, gradebooks) is not visible there.
+    dest = f"{INNER_ROOT}/course_grader/sandboxed"
+    args += [*_dirs_for(dest, made), "--ro-bind", str(GRADER_DIR / "sandboxed"), dest]
+    init = f"{INNER_ROOT}/course_grader/__init__.py"
+    args += ["--ro-bind", str(GRADER_DIR / "__init__.py"), init]
     if data_dir and os.path.isdir(data_dir):
         args += [*_dirs_for("/opt/course-data/x", made), "--ro-bind", data_dir, "/opt/course-data"]
     args += ["--remount-ro", "/"]
@@ -228,13 +219,13 @@ def student_command(
     temporary folder with the returned environment.
     """
     data_dir = os.environ.get("COURSE_DATA_DIR") or None
-    python = [sys.executable, "-s", "-m", "course_lib.grading.student", str(channel_fd)]
+    python = [sys.executable, "-s", "-m", "course_grader.sandboxed.student", str(channel_fd)]
     env = _environment(limits, data_dir)
     if uid is not None and os.geteuid() == 0 and sandboxed:
         env["COURSE_SANDBOX_UID"] = str(uid)
     if not sandboxed:
         host_env = dict(env)
-        host_env["PYTHONPATH"] = str(PACKAGE_DIR.parent)
+        host_env["PYTHONPATH"] = os.pathsep.join(PACKAGE_PARENTS)
         host_env.pop("HOME")
         host_env.pop("TMPDIR")
         if data_dir:

@@ -1,10 +1,10 @@
 """The student's side of grading: runs one notebook's cells, then answers calls.
 
-Started by the judge (:mod:`course_lib.grading.judge`) as
-``python -m course_lib.grading.student FD`` inside the submission's sandbox.
+Started by the judge (:mod:`course_grader.judge`) as
+``python -m course_grader.sandboxed.student FD`` inside the submission's sandbox.
 This process holds **only the student's code**: no test, no reference value,
 no score. It talks to the judge on the socket ``FD`` in messages of plain data
-(:mod:`course_lib.grading.wire`):
+(:mod:`course_grader.sandboxed.wire`):
 
 1. it receives the job (the code cells and the limits), sets its resource
    limits (and, when the sandbox started as root, drops to an unprivileged
@@ -37,32 +37,30 @@ import traceback
 import types
 from typing import Any
 
-from course_lib.grading import wire
-from course_lib.grading.sandbox import Limits
+from course_grader.sandboxed import messages, wire
+from course_grader.sandboxed.messages import (
+    PORTABLE_ERRORS,
+    Backward,
+    Bye,
+    Call,
+    Callback,
+    CallbackReply,
+    Cell,
+    CellFailed,
+    CellsDone,
+    ErrorReport,
+    GetAttr,
+    Reply,
+    Resolve,
+    Setup,
+    Started,
+    read_request,
+)
+from course_grader.sandboxed.rlimits import drop_privileges, set_limits
 
 __all__ = ["main"]
 
 _TIMED_MAGICS = {"time", "timeit", "capture", "prun"}
-# Exceptions whose type the judge re-creates (so a test may catch ValueError, say).
-PORTABLE_ERRORS = {
-    "ValueError",
-    "TypeError",
-    "IndexError",
-    "KeyError",
-    "RuntimeError",
-    "NotImplementedError",
-    "ZeroDivisionError",
-    "ArithmeticError",
-    "AttributeError",
-    "NameError",
-    "LookupError",
-    "OverflowError",
-    "AssertionError",
-    "MemoryError",
-    "RecursionError",
-    "UnboundLocalError",
-    "FloatingPointError",
-}
 
 
 class _NeutralShell:
@@ -134,18 +132,19 @@ def _where(frame: traceback.FrameSummary | None) -> tuple[str, str]:
     return place, line[:120]
 
 
-def error_report(exc: BaseException) -> dict:
+def error_report(exc: BaseException, unsendable: bool = False) -> ErrorReport:
     """What the judge needs to re-create and explain an exception from the student's code."""
     place, line = _where(_student_frame(exc.__traceback__))
-    return {
-        "type": type(exc).__name__ if type(exc).__name__ in PORTABLE_ERRORS else "",
-        "name": type(exc).__name__[:60],
-        "summary": _short(exc),
-        "where": place,
-        "line": line,
-        "exit": isinstance(exc, SystemExit),
-        "memory": isinstance(exc, MemoryError) or "can't allocate memory" in _short(exc),
-    }
+    return ErrorReport(
+        type=type(exc).__name__ if type(exc).__name__ in PORTABLE_ERRORS else "",
+        name=type(exc).__name__[:60],
+        summary=_short(exc),
+        where=place,
+        line=line,
+        exit=isinstance(exc, SystemExit),
+        memory=isinstance(exc, MemoryError) or "can't allocate memory" in _short(exc),
+        unsendable=unsendable,
+    )
 
 
 # -- the codec: the judge's objects in, the student's objects out -------------------------------
@@ -297,32 +296,34 @@ class _Server:
             data = wire.encode({"args": list(args), "kwargs": kwargs}, blobs, codec)
         except wire.Unsendable as exc:
             raise CallbackError(f"cannot pass this to the grader's {cb._type}: {exc}") from None
-        self.send({"cb": cb._cid, "seq": seq, "data": data}, blobs)
+        self.send(Callback(cb._cid, seq, data).to_header(), blobs)
         header, blobs = wire.recv(self.sock)
-        if header.get("cbreply") != seq:
+        reply = CallbackReply.read(header)
+        if reply.seq != seq:
             raise wire.ProtocolError("unexpected message while waiting for a callback")
-        if "err" in header:
-            raise CallbackError(str(header["err"]))
-        return wire.decode(header.get("ok"), blobs, _StudentCodec(self))
+        if reply.err is not None:
+            raise CallbackError(reply.err)
+        return wire.decode(reply.ok, blobs, _StudentCodec(self))
 
     def handle(self, header: dict, blobs: list[bytes]) -> bool:
         """Answer one request of the judge; False when it says goodbye."""
-        op, rid = header.get("op"), header.get("id")
-        if op == "resolve":
-            self._resolve(rid, header["names"])
-        elif op in ("call", "getattr"):
-            self._call(op, rid, header, blobs)
-        elif op == "backward":
-            self._backward(rid, header, blobs)
-        elif op == "release":
+        try:
+            request, rid = read_request(header)
+        except ValueError as err:
+            raise wire.ProtocolError(str(err)) from None
+        if isinstance(request, Bye):
+            return False
+        if isinstance(request, Resolve):
+            self._resolve(rid, request.names)
+        elif isinstance(request, Call | GetAttr):
+            self._call(rid, request, blobs)
+        elif isinstance(request, Backward):
+            self._backward(rid, request, blobs)
+        else:  # Release
             self.handles.clear()
             self.graphs.clear()
             self.generation += 1
-            self.send({"id": rid, "ok": None})
-        elif op == "bye":
-            return False
-        else:
-            raise wire.ProtocolError(f"unknown request {op!r}")
+            self.send(Reply(rid).to_header())
         return True
 
     def _resolve(self, rid, names: list) -> None:
@@ -344,23 +345,24 @@ class _Server:
             vblobs: list[bytes] = []
             encoded = wire.encode(plain, vblobs, codec)
         except Exception as exc:  # noqa: BLE001
-            self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
+            self.send(Reply(rid, err=error_report(exc, unsendable=True)).to_header())
             return
         meta = {k: v for k, v in out.items() if "value" not in v}
-        self.send({"id": rid, "ok": {"values": encoded, "meta": meta}}, vblobs)
+        self.send(Reply(rid, {"values": encoded, "meta": meta}).to_header(), vblobs)
 
-    def _call(self, op: str, rid, header: dict, blobs: list[bytes]) -> None:
+    def _call(self, rid, request: Call | GetAttr, blobs: list[bytes]) -> None:
         import torch
 
-        grad = bool(header.get("grad"))
+        grad = isinstance(request, Call) and bool(request.grad)
         codec = _StudentCodec(self, grad=grad)
-        target = self.handles.get(header.get("target"))
+        target = self.handles.get(request.target)
         if target is None:
-            self.send({"id": rid, "err": {"summary": "no such object", "name": "LookupError"}})
+            missing = ErrorReport(name="LookupError", summary="no such object")
+            self.send(Reply(rid, err=missing).to_header())
             return
         try:
-            payload = wire.decode(header.get("data"), blobs, codec)
-            if op == "call":
+            payload = wire.decode(request.data, blobs, codec)
+            if isinstance(request, Call):
                 with torch.set_grad_enabled(grad):
                     result = target(*payload["args"], **payload["kwargs"])
             else:
@@ -368,28 +370,28 @@ class _Server:
         except BaseException as exc:  # noqa: B036 - anything the student's code raises
             if isinstance(exc, wire.ProtocolError | wire.Closed):
                 raise
-            self.send({"id": rid, "err": error_report(exc)})
+            self.send(Reply(rid, err=error_report(exc)).to_header())
             return
-        extra: dict = {}
+        gens, graph = None, None
         rblobs: list[bytes] = []
         codec.outputs = []
         try:
             if codec.generators:
-                extra["gens"] = [wire.encode(g.get_state(), rblobs) for g in codec.generators]
+                gens = [wire.encode(g.get_state(), rblobs) for g in codec.generators]
             data = wire.encode(result, rblobs, codec)
         except Exception as exc:  # noqa: BLE001 - an unsendable or hostile result
-            self.send({"id": rid, "err": error_report(exc) | {"unsendable": True}})
+            self.send(Reply(rid, err=error_report(exc, unsendable=True)).to_header())
             return
         if codec.inputs and codec.outputs:
-            extra["graph"] = self.new_handle(None)
-            self.graphs[extra["graph"]] = (codec.inputs, codec.outputs)
-        self.send({"id": rid, "ok": data, **extra}, rblobs)
+            graph = self.new_handle(None)
+            self.graphs[graph] = (codec.inputs, codec.outputs)
+        self.send(Reply(rid, data, gens=gens, graph=graph).to_header(), rblobs)
 
-    def _backward(self, rid, header: dict, blobs: list[bytes]) -> None:
+    def _backward(self, rid, request: Backward, blobs: list[bytes]) -> None:
         import torch
 
-        inputs, outputs = self.graphs[int(header["graph"])]
-        grads = wire.decode(header.get("data"), blobs)
+        inputs, outputs = self.graphs[int(request.graph)]
+        grads = wire.decode(request.data, blobs)
         pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if g is not None]
         try:
             got = torch.autograd.grad(
@@ -400,18 +402,18 @@ class _Server:
                 retain_graph=True,
             )
         except BaseException as exc:  # noqa: B036
-            self.send({"id": rid, "err": error_report(exc)})
+            self.send(Reply(rid, err=error_report(exc)).to_header())
             return
         gb: list[bytes] = []
-        self.send({"id": rid, "ok": wire.encode(list(got), gb)}, gb)
+        self.send(Reply(rid, wire.encode(list(got), gb)).to_header(), gb)
 
 
 # -- cells --------------------------------------------------------------------------------------
 
 
-def _run_cells(cells: list[dict], namespace: dict, server: _Server) -> None:
+def _run_cells(cells: list[Cell], namespace: dict, server: _Server) -> None:
     for cell in cells:
-        number, source = cell["number"], cell["source"]
+        number, source = cell.number, cell.source
         filename = f"<cell {number}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
@@ -420,116 +422,39 @@ def _run_cells(cells: list[dict], namespace: dict, server: _Server) -> None:
             line = getattr(exc, "lineno", None)
             where = f", line {line}" if line else ""
             msg = getattr(exc, "msg", None) or _short(exc)
-            server.send(
-                {
-                    "ev": "cell",
-                    "number": number,
-                    "kind": "syntax-error",
-                    "reason": f"code cell {number}{where}: {type(exc).__name__}: {msg}",
-                }
-            )
+            reason = f"code cell {number}{where}: {type(exc).__name__}: {msg}"
+            server.send(messages.header(CellFailed(number, "syntax-error", reason)))
             continue
         try:
             exec(code, namespace)
         except SystemExit:
-            server.send(
-                {
-                    "ev": "cell",
-                    "number": number,
-                    "kind": "exit",
-                    "reason": f"code cell {number} called sys.exit(); later cells were not run",
-                }
-            )
+            reason = f"code cell {number} called sys.exit(); later cells were not run"
+            server.send(messages.header(CellFailed(number, "exit", reason)))
             return
         except BaseException as exc:  # noqa: B036 - the student's code may raise anything
             report = error_report(exc)
-            kind = "memory-limit" if report["memory"] else "cell-error"
-            where = report["where"]
+            kind = "memory-limit" if report.memory else "cell-error"
+            where = report.where
             if where.startswith(f"code cell {number}, "):
-                text = f"code cell {number}, {where.split(', ', 1)[1]}: {report['summary']}"
+                text = f"code cell {number}, {where.split(', ', 1)[1]}: {report.summary}"
             elif where:
-                text = f"code cell {number}: {report['summary']} ({where}: {report['line']})"
+                text = f"code cell {number}: {report.summary} ({where}: {report.line})"
             else:
-                text = f"code cell {number}: {report['summary']}"
-            server.send({"ev": "cell", "number": number, "kind": kind, "reason": text})
-
-
-# -- limits -------------------------------------------------------------------------------------
-
-
-def _drop_privileges() -> None:
-    uid = os.environ.pop("COURSE_SANDBOX_UID", None)
-    if uid is None or os.geteuid() != 0:
-        return
-    uid_n = int(uid)
-    os.setgroups([])
-    os.setresgid(uid_n, uid_n, uid_n)
-    os.setresuid(uid_n, uid_n, uid_n)
-
-
-def _unused_writable() -> int:
-    """Bytes of writable memory this process has mapped but not touched (``VmData - VmRSS``).
-
-    Importing a CUDA build of torch maps about a GB of writable library data
-    it never touches (torch 2.11 with CUDA 13: ``VmData`` 1.35 GB, ``VmRSS``
-    0.5 GB); the CPU build almost none. It is added to the ``RLIMIT_DATA``
-    budget, so that a submission may allocate about as much with either build.
-    """
-    try:
-        with open("/proc/self/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        data, rss = (int(fields[k].split()[0]) << 10 for k in ("VmData", "VmRSS"))
-    except (OSError, KeyError, ValueError):
-        return 0
-    return max(0, data - rss)
-
-
-def _set_limits(limits: Limits) -> None:
-    """Per-process limits, set before any student code runs.
-
-    Memory is limited as writable private memory (``RLIMIT_DATA``), which is
-    what a submission's allocations take, and not as address space
-    (``RLIMIT_AS``): a CUDA build of torch maps more than 2 GB of library code
-    and reserved ranges when it is imported, which ``RLIMIT_DATA`` does not
-    count. Its budget is ``memory_mb`` plus the writable memory the process
-    has mapped but not touched when the limits are set (see
-    :func:`_unused_writable`). The control group, where there is one, limits
-    the resident memory of the whole process tree
-    (:mod:`course_lib.grading.cgroup`).
-    """
-    import resource
-
-    def cap(which: int, value: int) -> None:
-        soft, hard = resource.getrlimit(which)
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (value, value))
-
-    if limits.memory_mb:  # writable private memory: not the address space (issue 29)
-        cap(resource.RLIMIT_DATA, (int(limits.memory_mb) << 20) + _unused_writable())
-    if limits.nice:
-        os.nice(int(limits.nice))
-    if limits.cpu_seconds:
-        cpu = int(limits.cpu_seconds)
-        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5 if hard == -1 else hard))
-    cap(resource.RLIMIT_CORE, 0)
-    cap(resource.RLIMIT_FSIZE, int(limits.file_mb) << 20)
-    cap(resource.RLIMIT_NOFILE, int(limits.open_files))
-    if limits.processes:
-        cap(resource.RLIMIT_NPROC, int(limits.processes))
+                text = f"code cell {number}: {report.summary}"
+            server.send(messages.header(CellFailed(number, kind, text)))
 
 
 def main() -> None:
     """Serve one submission on the socket whose fd is ``sys.argv[1]``."""
     sock = socket.socket(fileno=int(sys.argv[1]))
-    _drop_privileges()
-    header, blobs = wire.recv(sock)
-    cells = header["cells"]
-    _set_limits(Limits(**header.get("limits", {})))
+    drop_privileges()
+    head, _ = wire.recv(sock)
+    setup = Setup.from_header(head)
+    set_limits(setup.limits)
     os.closerange(3, sock.fileno())
     os.closerange(sock.fileno() + 1, 4096)
     log = os.open(
-        "/tmp/output.log" if header.get("sandboxed") else os.devnull,
+        "/tmp/output.log" if setup.sandboxed else os.devnull,
         os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
         0o600,
     )
@@ -551,9 +476,9 @@ def main() -> None:
     sys.argv = ["notebook"]
     server.namespace = namespace
 
-    server.send({"ev": "started"})
-    _run_cells(cells, namespace, server)
-    server.send({"ev": "cells-done", "neutralised": shell.neutralised[:20]})
+    server.send(messages.header(Started()))
+    _run_cells(setup.cells, namespace, server)
+    server.send(messages.header(CellsDone(tuple(shell.neutralised[:20]))))
     try:
         while True:
             header, blobs = wire.recv(sock)
