@@ -36,7 +36,7 @@ implements.  Notebooks import from here and show the source with
 ``time_encoding``   TGAT's continuous-time encoding (Ch. 14, used in Ch. 10)
 ``sparse``          sparse node features for the first graph layer (Ch. 14)
 ``gat_training``    node classification with the GAT paper's early stopping (Ch. 14)
-``data``            offline data loaders;  ``shapes``, ``show``, ``runtime``, ``sweep``: tooling
+``data``            offline data loaders;  ``shapes``, ``show``, ``runtime``: tooling
 ==================  ==========================================================
 
 Shape letters are those of ``book/notation.md``.

@@ -7,7 +7,7 @@ a run is made once, outside the chapter, by the maintainers' tool
     python tools/long_run.py ch10_exo
 
 which executes the chapter with a given budget (an environment variable the
-chapter reads) under several seeds, through :mod:`course_lib.sweep`, and
+chapter reads) under several seeds, through ``tools/sweep.py``, and
 writes the numbers the chapter records (``course_lib.record``) to
 ``course_lib/recorded/<name>.json``, with the date, the machine, the command
 and a hash of the notebook cells that define the experiment. The chapter

@@ -11,7 +11,7 @@ A fixed seed makes a rerun on the *same* machine repeat itself; it does not
 give the same trained numbers on another CPU, thread count, GPU or PyTorch
 release, which round floating point differently. So the course asserts only
 claims that hold for any seed, with margins measured over seeds
-(``python -m course_lib.sweep``, which collects the numbers that notebooks
+(``python tools/sweep.py``, which collects the numbers that notebooks
 pass to ``record``), and the prose shows the numbers its own build computed.
 
 The device is CUDA when one is present, else the CPU; ``COURSE_DEVICE=cpu``
@@ -46,7 +46,7 @@ SEED_STRIDE = 100_000
 
 _notebook_seed = 0  # set by setup_notebook
 
-# Where record() appends a notebook's headline numbers; set by course_lib.sweep.
+# Where record() appends a notebook's headline numbers; set by tools/sweep.py.
 RESULTS_ENV = "COURSE_RESULTS_FILE"
 
 
@@ -171,7 +171,7 @@ def record(**values: float) -> None:
       ``{glue:text}`acc_local:.2f``` and an erratum as
       ``{glue:text}`/notebooks/ch02_attention_seq2seq.ipynb::acc_local:.2f```: the
       page shows the number this run computed, never a retyped one;
-    - appended to the sweep's results file when ``course_lib.sweep`` runs the
+    - appended to the sweep's results file when ``tools/sweep.py`` runs the
       notebook (outside a sweep, nothing is written).
     """
     for name, value in values.items():

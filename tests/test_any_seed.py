@@ -2,7 +2,7 @@
 
 nbval runs each notebook once with the default seed and one thread (the
 book's build). This module runs each again in a fresh kernel with
-``COURSE_SEED`` and ``COURSE_NUM_THREADS=2``, as ``python -m course_lib.sweep``
+``COURSE_SEED`` and ``COURSE_NUM_THREADS=2``, as ``python tools/sweep.py``
 does: a notebook whose asserts only hold on one seed's training trajectory
 fails here. ``COURSE_CHECK_SEED`` picks the seed (default 5, outside the
 sweep's usual 0-3, so CI tries one more).
@@ -14,8 +14,9 @@ import os
 
 import pytest
 
-from course_lib import sweep
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_tool
+
+sweep = load_tool("sweep")
 
 CHECK_SEED = int(os.environ.get("COURSE_CHECK_SEED", "5"))
 CHECK_THREADS = 2
@@ -32,5 +33,5 @@ def test_chapter_passes_under_another_seed_and_two_threads(notebook):
     assert row["ok"], (
         f"{notebook.name} fails with COURSE_SEED={CHECK_SEED} COURSE_NUM_THREADS={CHECK_THREADS}: "
         f"{row['error']}\nA claim asserted there holds only for some seeds or machines: rewrite it "
-        "so it holds for any (margins from `python -m course_lib.sweep`), don't re-threshold it."
+        "so it holds for any (margins from `python tools/sweep.py`), don't re-threshold it."
     )

@@ -434,14 +434,13 @@ TEST_ONLY = {
     "FitResult": "the type fit_node_classifier returns (its fields are read in Chapter 14)",
     "PaperEarlyStopping": "the callback fit_node_classifier trains with; tested on its own",
     "from_torch_mask": "the inverse of masks.to_torch_mask; the round trip is tested",
+    "describe_hardware": "names the machine in the status tables (tools/sweep.py, the book)",
     "LONG_RUNS": "what tools/long_run.py records (a maintainer tool); test_long_runs checks it",
     "cells_hash": "the experiment's fingerprint tools/long_run.py stores; test_long_runs checks it",
     "moving_average_decomposition": "the decomposition DLinear runs (10.7); tested against pandas",
     "T5Bias": "the hook position_hook('t5') builds; tested against relative.t5_bias",
     "notebook_seed": "the seed setup_notebook chose (COURSE_SEED); tested with the sweep",
     "Seq2SeqBatch": "the type seq2seq.make_batch returns",
-    "run_notebook": "runs one notebook for the sweep's command line; tested",
-    "summarize_results": "the sweep's summary for the status page; tested",
     "BPETokenizer": "the type tokenization.train_bpe returns; tested against HF tokenizers",
 }
 

@@ -16,12 +16,13 @@ from course_lib import lm
 from course_lib import position_hooks as H
 from course_lib import relative as R
 from course_lib.attention import MultiHeadAttention, record_attention, scaled_dot_product_attention
+from course_lib.config import TransformerConfig
 from tests.test_relative import _gen, _llama_rotary
 
 
 def test_position_hook_errors_are_clear():
-    with pytest.raises(ValueError, match=r"d_model \(10\) must be a multiple of num_heads \(4\)$"):
-        lm.PositionalLM(11, "alibi", d_model=10, num_heads=4)
+    with pytest.raises(ValueError, match=r"d_model \(10\) must be a multiple of num_heads \(4\)"):
+        TransformerConfig(d_model=10, num_heads=4)
     with pytest.raises(ValueError, match=r"^RoPE: dim must be even"):
         H.RoPE(3)  # RoPE rotates pairs of coordinates
     assert isinstance(H.position_hook("alibi", 3, 2), H.ALiBi)  # odd head sizes are fine elsewhere
@@ -30,7 +31,7 @@ def test_position_hook_errors_are_clear():
     with pytest.raises(ValueError, match="^position_hook: method must be one of"):
         H.position_hook("absolute", 4, 2)
     with pytest.raises(ValueError, match="^PositionalLM: method must be one of"):
-        lm.PositionalLM(11, "absolute")
+        lm.PositionalLM(TransformerConfig(activation="gelu"), 11, "absolute")
 
 
 # ---------------------------------------------------------------------------
@@ -84,7 +85,11 @@ def test_multi_head_attention_with_each_position_hook_computes_its_equations(met
 
 
 def test_position_hook_parameters_live_in_the_attention_and_are_recorded():
-    model = lm.PositionalLM(11, "t5", d_model=16, num_heads=2, num_layers=2, max_len=8)
+    model = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=2, max_len=8, activation="gelu"),
+        11,
+        "t5",
+    )
     names = [n for n, _ in model.named_parameters() if "position" in n]
     assert names == [
         "blocks.layers.0.self_attn.position.table",
@@ -104,7 +109,11 @@ def test_position_hook_parameters_live_in_the_attention_and_are_recorded():
 
 def test_rope_scaling_sets_and_restores_every_hook():
     torch.manual_seed(0)
-    model = lm.PositionalLM(11, "rope", d_model=16, num_heads=2, num_layers=2, max_len=8)
+    model = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=2, max_len=8, activation="gelu"),
+        11,
+        "rope",
+    )
     data = torch.randint(0, 11, (200,), generator=_gen(3))
     plain = lm.evaluate_lm(model, data, 16, num_chars=64)
     with H.rope_scaling(model, 2.0) as changed:
@@ -116,7 +125,11 @@ def test_rope_scaling_sets_and_restores_every_hook():
 
 
 def test_rope_scaling_errors_are_clear():
-    model = lm.PositionalLM(11, "alibi", d_model=16, num_heads=2, num_layers=1, max_len=8)
+    model = lm.PositionalLM(
+        TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu"),
+        11,
+        "alibi",
+    )
     with pytest.raises(ValueError, match="no RoPE hook"), H.rope_scaling(model, 2.0):
         pass
     with pytest.raises(ValueError, match="scaling_factor must be >= 1"):

@@ -1,7 +1,7 @@
 """The seed sweep: one notebook run with a given seed and thread count, its records
 summarised, and the status page that shows them.
 
-Covers course_lib.sweep; the seeds and record() themselves are tested in test_runtime.py.
+Covers tools/sweep.py; the seeds and record() themselves are tested in test_runtime.py.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import importlib.util
 
 import nbformat
 
-from course_lib import runtime, sweep
-from tests.conftest import ROOT
+from course_lib import runtime
+from tests.conftest import ROOT, load_tool
+
+sweep = load_tool("sweep")
 
 
 def test_summarize_results_gives_mean_std_and_range():

@@ -4,7 +4,7 @@
 
 runs the chapter named in ``course_lib.long_runs.LONG_RUNS``, up to the last
 cell of its experiment, with its budget under each of its seeds (one CPU
-thread each, ``--jobs`` at a time, through ``course_lib.sweep``) and writes what the chapter records to
+thread each, ``--jobs`` at a time, through ``tools/sweep.py``) and writes what the chapter records to
 ``course_lib/recorded/<name>.json``, with the date, the machine and a hash of
 the cells that define the experiment. Commit the file: the chapter reads it.
 """
@@ -25,6 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "course_lib" / "recorded"
 
 
+def _tool(name: str):
+    """A sibling maintainer tool (``tools/<name>.py``), as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _experiment(spec: dict, folder: Path) -> Path:
     """The notebook up to its last experiment cell (what follows, such as a cell that
     reads this very record, is not part of the run), written into ``folder``."""
@@ -38,7 +48,8 @@ def _experiment(spec: dict, folder: Path) -> Path:
 
 def _record(name: str, jobs: int | None) -> Path:
     from course_lib.runtime import describe_hardware
-    from course_lib.sweep import sweep
+
+    sweep = _tool("sweep").sweep
 
     spec = LONG_RUNS[name]
     before = cells_hash(spec["notebook"], spec["cells"])  # the cells the runs will execute
@@ -51,7 +62,7 @@ def _record(name: str, jobs: int | None) -> Path:
 
 
 def _write(name: str, rows: list[dict], *, start: str, hardware: str, cells_sha256: str) -> Path:
-    """Write the sweep's rows (one per seed, as ``course_lib.sweep`` returns them) as the record."""
+    """Write the sweep's rows (one per seed, as ``tools/sweep.py`` returns them) as the record."""
     spec = LONG_RUNS[name]
     failed = [r for r in rows if not r["ok"]]
     if failed:

@@ -7,7 +7,7 @@
   execution took longer than the 60 s budget (from the same execution data
   as MyST-NB's ``nb-exec-table``), so the status page names them itself.
 - The ``course-sweep`` directive renders the last seed/thread sweep
-  (``book/sweep.json``, written by ``python -m course_lib.sweep``): which
+  (``book/sweep.json``, written by ``python tools/sweep.py``): which
   notebook passed under which seed and thread count, in how many seconds, and
   the spread of every number the notebooks ``record``.
 - The ``course-benchmarks`` directive renders the last side-by-side benchmark

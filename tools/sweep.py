@@ -5,7 +5,7 @@ count, GPU or PyTorch release rounds floating point differently and the run
 takes another path. So every claim a notebook asserts about a trained,
 sampled or timed result must hold for *any* seed, and this module checks that:
 
-    python -m course_lib.sweep --seeds 0 1 2 3 --threads 1 2
+    python tools/sweep.py --seeds 0 1 2 3 --threads 1 2
 
 runs every chapter and solution notebook once per (seed, thread count), each
 in a fresh kernel with ``COURSE_SEED`` and ``COURSE_NUM_THREADS`` set (see
@@ -207,7 +207,7 @@ def _find_notebooks(patterns: list[str]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_lib.sweep",
+        prog="python tools/sweep.py",
         description="Run notebooks under several seeds and thread counts and record which pass.",
     )
     parser.add_argument(
