@@ -8,6 +8,8 @@ function in the ``__all__`` of a model module of ``course_lib`` (every module bu
   tensor it returns must have that dtype (the peer each mirrors, ``F.softmax``,
   ``F.cross_entropy``, ``F.scaled_dot_product_attention``, ``nn.GRUCell``,
   ``torch.optim.AdamW``, ..., keeps all three); or
+* in :data:`RETURNS_NUMBERS` when it returns Python numbers: it must run in all three
+  dtypes (a float32 layer inside once refused float64 features); or
 * in :data:`EXEMPT`, with the reason no floating input makes sense for it.
 
 :func:`test_every_public_function_is_covered_or_exempt` fails on a new function that is
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import math
 import pkgutil
 from collections.abc import Callable, Iterator
 
@@ -35,6 +38,7 @@ from course_lib import (
     embeddings,
     forecasting,
     gat,
+    gat_training,
     gpt,
     lm,
     masks,
@@ -152,10 +156,13 @@ def _cell(cell: Callable, t: torch.dtype, gates: int, state: bool = False) -> ob
     return cell(x, (h, h.clone()) if state else h, w_ih, w_hh, b_ih, b_hh)
 
 
-def _seq2seq_loss(t: torch.dtype) -> Tensor:
+def _seq2seq(t: torch.dtype) -> seq2seq.Seq2Seq:
     with _setup():
-        model = seq2seq.Seq2Seq(6, 4, 8).to(t)
-    return seq2seq.seq2seq_loss(model, seq2seq.make_batch(2, 5, 5))
+        return seq2seq.Seq2Seq(6, 4, 8).to(t)
+
+
+def _seq2seq_loss(t: torch.dtype) -> Tensor:
+    return seq2seq.seq2seq_loss(_seq2seq(t), seq2seq.make_batch(2, 5, 5))
 
 
 def _mlm_loss(t: torch.dtype) -> Tensor:
@@ -375,11 +382,25 @@ FUNCTIONS: dict[str, Callable[[torch.dtype], object]] = {
     "training.drop_path": lambda t: training.drop_path(_f(4, 3, dtype=t), 0.5),
 }
 
+#: Functions that take floating inputs (or a model) and return Python numbers: they run
+#: in every dtype (``nn.Linear``, ``F.cross_entropy`` do) and return finite numbers.
+RETURNS_NUMBERS: dict[str, Callable[[torch.dtype], object]] = {
+    "bert.linear_probe": lambda t: bert.linear_probe(
+        _f(20, 4, dtype=t), _ids(3, 20), _f(10, 4, dtype=t), _ids(3, 10), steps=5
+    ),
+    "gat_training.accuracy": lambda t: gat_training.accuracy(
+        _f(6, 3, dtype=t), _ids(3, 6), torch.tensor([1, 1, 0, 1, 0, 1], dtype=torch.bool)
+    ),
+    "gpt.evaluate": lambda t: gpt.evaluate(_gpt(t), _ids(11, 200), block=8, num_chars=64),
+    "lm.evaluate_lm": lambda t: lm.evaluate_lm(_gpt(t), _ids(11, 200), 8, num_chars=64),
+    "seq2seq.evaluate": lambda t: seq2seq.evaluate(_seq2seq(t), seq2seq.make_batch(2, 5, 5)),
+}
+
 _INT = "returns integers (ids, indices, counts), no floating tensor"
 _BOOL = "returns a boolean mask"
 _NO_TENSOR = "takes and returns no tensor"
 _LOOP = "a training or evaluation loop: it runs the model in the model's dtype (covered by test_module_contracts, and MixedPrecision by test_callbacks)"
-_FLOAT = "returns Python floats (a metric), no tensor"
+_FLOAT = "integer predictions and targets in, a Python float out"
 _IO = "copies weights into a model's existing parameters (load_state_dict casts to them) or reads/writes files"
 _MODEL = "builds an nn.Module: its dtype is covered by test_module_contracts"
 
@@ -388,8 +409,6 @@ EXEMPT: dict[str, str] = {
     "attention.record_attention": "a context manager that collects the weights a model computes; "
     "their dtype is the model's (test_module_contracts)",
     "bert.mask_tokens": _INT,
-    "bert.linear_probe": "trains a float32 logistic regression on features and returns an "
-    "accuracy (a Python float)",
     "bert.block_parameters": _NO_TENSOR,
     "bert.encoder_parameters": _NO_TENSOR,
     "bert.load_hf_bert": _IO,
@@ -411,10 +430,8 @@ EXEMPT: dict[str, str] = {
     "gat.add_self_loops": _INT,
     "gat.coalesce": _INT,
     "gat.to_dense_adjacency": _BOOL,
-    "gat_training.accuracy": _FLOAT,
     "gat_training.fit_node_classifier": _LOOP,
     "gat_training.fit_seeds": _LOOP,
-    "gpt.evaluate": _FLOAT,
     "gpt.save_checkpoint": _IO,
     "gpt.load_checkpoint": _IO,
     "gpt.sample": _INT,
@@ -422,7 +439,6 @@ EXEMPT: dict[str, str] = {
     "lm.batches": _INT,
     "lm.train_lm": _LOOP,
     "lm.train_lm_seeds": _LOOP,
-    "lm.evaluate_lm": _LOOP,
     "masks.causal_mask": _BOOL,
     "masks.padding_mask": _BOOL,
     "masks.window_mask": _BOOL,
@@ -442,7 +458,6 @@ EXEMPT: dict[str, str] = {
     "rnn.make_gru": _MODEL,
     "seq2seq.make_batch": _INT,
     "seq2seq.sequence_accuracy": _FLOAT,
-    "seq2seq.evaluate": _FLOAT,
     "swin.window_ids": _INT,
     "swin.window_attention_mask": _BOOL,
     "timeseries.calendar_features": "takes a pandas DatetimeIndex, no tensor: float32 "
@@ -465,16 +480,21 @@ EXEMPT: dict[str, str] = {
 def test_every_public_function_is_covered_or_exempt():
     public = public_functions()
     assert len(public) >= 100, sorted(public)  # the walk found the library
-    both = sorted(set(FUNCTIONS) & set(EXEMPT))
-    assert not both, f"in both FUNCTIONS and EXEMPT: {both}"
-    missing = sorted(set(public) - set(FUNCTIONS) - set(EXEMPT))
+    tables = {"FUNCTIONS": FUNCTIONS, "RETURNS_NUMBERS": RETURNS_NUMBERS, "EXEMPT": EXEMPT}
+    listed = [name for table in tables.values() for name in table]
+    twice = sorted({name for name in listed if listed.count(name) > 1})
+    assert not twice, f"in more than one of {list(tables)}: {twice}"
+    missing = sorted(set(public) - set(listed))
     assert not missing, (
         f"public functions without a dtype contract: {missing}; add each to FUNCTIONS in "
-        f"{__name__} (called on float32, float64 and bfloat16 inputs), or, if no floating "
-        "input makes sense for it, to EXEMPT with the reason"
+        f"{__name__} (called on float32, float64 and bfloat16 inputs; RETURNS_NUMBERS if it "
+        "returns Python numbers), or, if no floating input makes sense for it, to EXEMPT "
+        "with the reason"
     )
-    stale = sorted((set(FUNCTIONS) | set(EXEMPT)) - set(public))
-    assert not stale, f"FUNCTIONS/EXEMPT entries for functions no longer exported: {stale}"
+    stale = sorted(set(listed) - set(public))
+    assert not stale, (
+        f"FUNCTIONS/RETURNS_NUMBERS/EXEMPT entries for functions no longer exported: {stale}"
+    )
 
 
 #: Functions whose torch equivalent has no bfloat16 kernel on the CPU (xfail, strict: the
@@ -508,6 +528,15 @@ def test_function_keeps_its_input_dtype(name, dtype):
     out = FUNCTIONS[name](dtype)
     dtypes = {t.dtype for t in _tensors(out) if t.is_floating_point()}
     assert dtypes == {dtype}, f"{name} on {dtype} inputs returns {dtypes}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(RETURNS_NUMBERS))
+def test_function_runs_in_every_dtype(name, dtype):
+    torch.manual_seed(0)
+    out = RETURNS_NUMBERS[name](dtype)
+    numbers = out if isinstance(out, tuple) else (out,)
+    assert all(isinstance(x, float) and math.isfinite(x) for x in numbers), f"{name}: {out}"
 
 
 class _Float64Only:
