@@ -276,7 +276,7 @@ def linear_probe(
             )
     mu, sd = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
     xs, xt = (train_x - mu) / sd, (test_x - mu) / sd
-    linear = nn.Linear(xs.shape[1], int(train_y.max()) + 1).to(xs.device)
+    linear = nn.Linear(xs.shape[1], int(train_y.max()) + 1).to(xs.device, xs.dtype)
     opt = torch.optim.AdamW(linear.parameters(), lr, weight_decay=weight_decay)
     for _ in range(steps):
         loss = F.cross_entropy(linear(xs), train_y)

@@ -180,4 +180,5 @@ def dropout(x: Tensor | SparseFeatures, p: float, training: bool = True) -> Tens
         raise ValueError(f"dropout: use SparseFeatures(x) for a {x.layout} tensor")
     if p == 1.0:
         return torch.zeros_like(x)
-    return x * ((torch.rand_like(x) >= p) * (1.0 / (1.0 - p)))
+    keep = (torch.rand_like(x) >= p).to(x.dtype)  # in x's dtype: bool * float would be float32
+    return x * (keep * (1.0 / (1.0 - p)))

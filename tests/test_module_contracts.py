@@ -18,6 +18,8 @@ there is one:
 :func:`test_every_exported_module_class_has_a_build_entry` fails when a new class is
 exported without an entry, so a new module is held to the same contract.
 
+Functions have their half of the contract in :mod:`tests.test_function_contracts`.
+
 Also here: ``EncoderBlock.from_torch`` / ``DecoderBlock.from_torch`` keep the torch
 layer's dtype and its activation (tanh-approximated GELU reproduced exactly or
 refused, never silently replaced), and ``gat.GCNLayer`` runs in float64.
@@ -48,10 +50,8 @@ from course_lib import (
     lm,
     position_hooks,
     positional,
-    relative,
     rnn,
     seq2seq,
-    time_encoding,
     timeseries,
     vit,
 )
@@ -563,65 +563,3 @@ def test_the_dtype_recorder_catches_a_float32_constant():
     with _FloatDtypes() as record:
         Leaky()(torch.zeros(2, 3, dtype=torch.float64))
     assert any(dtype == torch.float32 for _, dtype in record.seen)
-
-
-# ---------------------------------------------------------------------------
-# Functions keep their input's dtype, as torch's own equivalents do
-# ---------------------------------------------------------------------------
-
-from course_lib import masks, training  # noqa: E402
-
-
-def _f(*shape: int, dtype: torch.dtype) -> Tensor:
-    return torch.randn(*shape, dtype=torch.float64).to(dtype)
-
-
-#: name -> dtype -> the function's floating output, on inputs of that dtype.  The peer
-#: each mirrors (F.cross_entropy, F.softmax, F.scaled_dot_product_attention, ...) keeps
-#: float32, float64 and bfloat16.
-FUNCTIONS: dict[str, Callable[[torch.dtype], object]] = {
-    "attention.scaled_dot_product_attention": lambda t: attention.scaled_dot_product_attention(
-        _f(2, 3, 4, dtype=t), _f(2, 5, 4, dtype=t), _f(2, 5, 4, dtype=t), is_causal=False
-    ),
-    "attention.attend": lambda t: attention.attend(_f(2, 3, 5, dtype=t), _f(2, 5, 4, dtype=t)),
-    "attention.cosine_attention": lambda t: attention.cosine_attention(
-        _f(2, 3, 4, dtype=t), _f(2, 5, 4, dtype=t), _f(2, 5, 4, dtype=t), 5.0
-    ),
-    "attention.dot_score": lambda t: attention.dot_score(
-        _f(2, 3, 4, dtype=t), _f(2, 5, 4, dtype=t)
-    ),
-    "masks.masked_softmax": lambda t: masks.masked_softmax(
-        _f(2, 3, 5, dtype=t), masks.causal_mask(3, 5)
-    ),
-    "masks.to_additive_mask": lambda t: masks.to_additive_mask(masks.causal_mask(3, 3), t),
-    "positional.sinusoidal_table": lambda t: positional.sinusoidal_table(6, 8, dtype=t),
-    "relative.apply_rope": lambda t: relative.apply_rope(
-        _f(2, 6, 8, dtype=t), *relative.rope_cos_sin(6, 8, dtype=t)
-    ),
-    "relative.alibi_bias": lambda t: relative.alibi_bias(relative.alibi_slopes(4).to(t), 5),
-    "relative.t5_bias": lambda t: relative.t5_bias(_f(32, 2, dtype=t), 5),
-    "training.label_smoothing_cross_entropy": lambda t: training.label_smoothing_cross_entropy(
-        _f(6, 4, dtype=t), torch.tensor([0, 1, 2, 3, 0, 1])
-    ),
-    "training.drop_path": lambda t: training.drop_path(_f(4, 3, dtype=t), 0.5),
-    "gat.segment_softmax": lambda t: gat.segment_softmax(
-        _f(6, 2, dtype=t), torch.tensor([0, 0, 1, 1, 1, 2]), 3
-    ),
-    "time_encoding.time_encoding": lambda t: time_encoding.time_encoding(
-        _f(5, dtype=t), _f(4, dtype=t)
-    ),
-    "vit.patchify": lambda t: vit.patchify(_f(2, 1, 4, 4, dtype=t), 2),
-    "bert.mean_pool": lambda t: bert.mean_pool(
-        _f(2, 5, 4, dtype=t), torch.ones(2, 5, dtype=torch.long)
-    ),
-    "gpt.next_token_probs": lambda t: gpt.next_token_probs(_f(2, 7, dtype=t), 0.8, 3),
-}
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name", sorted(FUNCTIONS))
-def test_function_keeps_its_input_dtype(name, dtype):
-    torch.manual_seed(0)
-    out = FUNCTIONS[name](dtype)
-    dtypes = {t.dtype for t in _tensors(out) if t.is_floating_point()}
-    assert dtypes == {dtype}, f"{name} on {dtype} inputs returns {dtypes}"
