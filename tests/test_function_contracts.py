@@ -53,7 +53,15 @@ from course_lib import (
     training,
     vit,
 )
-from tests.test_module_contracts import BERT_CFG, CFG, HEADS, NARROWER_ALLOWED, D, _tensors
+from tests.test_module_contracts import (
+    BERT_CFG,
+    CFG,
+    HEADS,
+    NARROWER_ALLOWED,
+    D,
+    _FloatDtypes,
+    _tensors,
+)
 
 pytestmark = pytest.mark.usefixtures("seed_and_one_thread")
 
@@ -539,29 +547,15 @@ def test_function_runs_in_every_dtype(name, dtype):
     assert all(isinstance(x, float) and math.isfinite(x) for x in numbers), f"{name}: {out}"
 
 
-class _Float64Only:
-    """Records every aten op (outside :func:`_setup`) that receives a floating tensor
-    narrower than float64."""
+def _float64_only() -> _FloatDtypes:
+    """Records the ops (outside :func:`_setup`) that receive floating tensors; see
+    :func:`_narrower`."""
+    return _FloatDtypes(when=lambda: not _IN_SETUP[0])
 
-    def __enter__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
 
-        narrower = self.narrower = set()
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if not _IN_SETUP[0]:
-                    for t in _tensors((args, kwargs or {})):
-                        if t.is_floating_point() and t.dtype != torch.float64:
-                            narrower.add(str(func))
-                return func(*args, **(kwargs or {}))
-
-        self.mode = Mode()
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.mode.__exit__(*exc)
+def _narrower(record: _FloatDtypes) -> set[str]:
+    """The ops that received a floating tensor narrower than float64."""
+    return {op for op, dtype in record.seen if dtype != torch.float64}
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
@@ -569,14 +563,14 @@ def test_float64_function_never_meets_float32(name):
     """On float64 inputs every op computes in float64: a float32 constant or mask inside
     keeps the output float64 (promotion) but rounds it like float32; here it fails."""
     torch.manual_seed(0)
-    with _Float64Only() as record:
+    with _float64_only() as record:
         FUNCTIONS[name](torch.float64)
     exempt = NARROWER_ALLOWED["T5Bias"][1] if name == "relative.t5_bias" else set()
-    narrower = sorted(record.narrower - exempt)
+    narrower = sorted(_narrower(record) - exempt)
     assert not narrower, f"{name} on float64 inputs passes float32/bf16 tensors to {narrower}"
 
 
 def test_the_float64_recorder_catches_a_float32_constant():
-    with _Float64Only() as record:
+    with _float64_only() as record:
         torch.zeros(3, dtype=torch.float64) + torch.ones(3)
-    assert record.narrower == {"aten.add.Tensor"}
+    assert _narrower(record) == {"aten.add.Tensor"}

@@ -472,18 +472,24 @@ def test_gcn_layer_returns_float64_for_float64_input():
 
 
 class _FloatDtypes:
-    """Records the dtype of every floating tensor that any aten op receives."""
+    """Records the dtype of every floating tensor that any aten op receives (while
+    ``when()`` is true, by default always)."""
+
+    def __init__(self, when: Callable[[], bool] = lambda: True) -> None:
+        self.when = when
 
     def __enter__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
 
         seen = self.seen = []
+        when = self.when
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                for t in _tensors((args, kwargs or {})):
-                    if t.is_floating_point():
-                        seen.append((str(func), t.dtype))
+                if when():
+                    for t in _tensors((args, kwargs or {})):
+                        if t.is_floating_point():
+                            seen.append((str(func), t.dtype))
                 return func(*args, **(kwargs or {}))
 
         self.mode = Mode()
