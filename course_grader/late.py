@@ -21,12 +21,13 @@ one without a time zone is read in the grader's local time zone.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+
+from course_grader.tables import read_table
 
 __all__ = ["LatePolicy", "parse_time", "submission_times", "read_extensions"]
 
@@ -73,15 +74,7 @@ class LatePolicy:
 
 def read_extensions(path: str | Path) -> dict[str, datetime]:
     """Per-student due times from a CSV with columns ``student`` and ``due``."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as err:
-        raise SystemExit(f"error: --extensions {path}: {err.strerror}") from None
-    if rows and not {"student", "due"} <= set(rows[0]):
-        raise SystemExit(
-            f"error: --extensions {path}: the first line must name the columns: student,due"
-        )
+    rows = read_table(path, "--extensions", ["student", "due"])
     return {
         r["student"].strip(): parse_time(r["due"], f"--extensions {path}, student {r['student']}")
         for r in rows
@@ -92,15 +85,7 @@ def submission_times(files: list[str], manifest: str | Path | None) -> dict[str,
     """When each file was submitted: the manifest's time, else the file's modification time."""
     listed: dict[str, datetime] = {}
     if manifest is not None:
-        try:
-            with open(manifest, newline="", encoding="utf-8-sig") as f:
-                rows = list(csv.DictReader(f))
-        except OSError as err:
-            raise SystemExit(f"error: --times {manifest}: {err.strerror}") from None
-        if rows and not {"file", "submitted"} <= set(rows[0]):
-            raise SystemExit(
-                f"error: --times {manifest}: the first line must name the columns: file,submitted"
-            )
+        rows = read_table(manifest, "--times", ["file", "submitted"])
         for r in rows:
             listed[r["file"].strip()] = parse_time(r["submitted"], f"--times {manifest}")
     out = {}

@@ -18,9 +18,10 @@ column) and the score it gives.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
+
+from course_grader.tables import read_table
 
 __all__ = ["Override", "read_overrides", "apply_overrides"]
 
@@ -47,17 +48,8 @@ class Override:
 
 def read_overrides(path: str | Path) -> list[Override]:
     """The adjustments in ``path`` (see the module docstring); SystemExit naming a bad line."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as err:
-        raise SystemExit(f"error: --overrides {path}: {err.strerror}") from None
     need = {"student", "assignment", "test", "points", "comment"}
-    if rows and not need <= set(rows[0]):
-        raise SystemExit(
-            f"error: --overrides {path}: the first line must name the columns: "
-            "student,assignment,test,points,comment"
-        )
+    rows = read_table(path, "--overrides", sorted(need, key=_order))
     out = []
     for number, r in enumerate(rows, start=2):
         o = Override(*((r.get(k) or "").strip() for k in sorted(need, key=_order)))

@@ -22,10 +22,11 @@ as superseded.
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from course_grader.tables import read_table
 
 __all__ = ["Student", "Matching", "read_roster", "match_files", "student_of_notebook"]
 
@@ -52,18 +53,7 @@ class Matching:
 
 def read_roster(path: str | Path) -> list[Student]:
     """The students of ``path`` (a CSV with id, name, email), in file order."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as err:
-        raise SystemExit(f"error: --roster {path}: {err.strerror}") from None
-    header = set(rows[0]) if rows else set()
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise SystemExit(
-            f"error: --roster {path} has no {', '.join(missing)} column; its first line "
-            "must name the columns: id,name,email"
-        )
+    rows = read_table(path, "--roster", list(REQUIRED))
     students, seen = [], set()
     for number, row in enumerate(rows, start=2):
         sid = (row.get("id") or "").strip()

@@ -325,3 +325,20 @@ def test_gradescope_results_json_hides_hidden_tests(graded, tmp_path):
     ]
     written = gradescope.write_setup(str(tmp_path / "zip"), LSTM)
     assert f"--assignment {LSTM}" in written[1].read_text()
+
+
+def test_instructor_tables_name_the_option_file_and_columns(tmp_path):
+    """Every CSV the grader reads (roster, extensions, times, overrides) fails in one line
+    that names the option, the file and the columns, never with a traceback."""
+    from course_grader.tables import read_table
+
+    good = tmp_path / "ok.csv"
+    good.write_text("\ufeffid,name,email\n")  # Excel's BOM, header only: an empty table
+    assert read_table(good, "--roster", ["id", "name", "email"]) == []
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,mail\ns1,a@b\n")
+    with pytest.raises(SystemExit, match=r"--roster .*bad.csv has no name, email column; its "
+                       r"first line must name the columns: id,name,email"):  # fmt: skip
+        read_table(bad, "--roster", ["id", "name", "email"])
+    with pytest.raises(SystemExit, match=r"--times .*missing.csv: No such file"):
+        read_table(tmp_path / "missing.csv", "--times", ["file", "submitted"])
