@@ -25,7 +25,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["LONG_RUNS", "cells_hash", "load"]
+__all__ = ["LONG_RUNS", "cells_hash", "code_digest", "load"]
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout, where cells_hash reads notebooks
 
@@ -67,6 +67,13 @@ def cells_hash(notebook: str | Path, cell_ids: list[str]) -> str:
         digest.update("".join(cells[i]["source"]).encode())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def code_digest(notebook: str | Path) -> str:
+    """The first 12 hex digits of :func:`cells_hash` over every code cell of ``notebook``:
+    what a recorded timing or run of the whole notebook was measured on."""
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    return cells_hash(notebook, [c["id"] for c in cells if c["cell_type"] == "code"])[:12]
 
 
 def load(name: str) -> dict:

@@ -62,6 +62,7 @@ import pytest
 import yaml
 
 import course_lib
+from course_lib.long_runs import code_digest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.colab
@@ -456,6 +457,8 @@ def _record_time(colab: ColabEnv, path: str, seconds: float) -> None:
         return
     data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
     data.setdefault("notebooks", {})[path] = round(seconds, 1)
+    # which code was timed: the status page marks a time whose notebook changed since
+    data.setdefault("code", {})[path] = code_digest(path)
     # asked of the Colab-like environment's Python, so that it names its Python and torch
     hardware = "from course_lib.runtime import describe_hardware; print(describe_hardware())"
     data["hardware"] = _run(

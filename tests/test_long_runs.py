@@ -88,3 +88,22 @@ def test_the_run_stops_at_the_experiments_last_cell(tmp_path, monkeypatch):
     (tmp_path / "copy").mkdir()
     out = tool._experiment({"notebook": "n.ipynb", "cells": ["b", "a"]}, tmp_path / "copy")
     assert [c["id"] for c in json.loads(out.read_text())["cells"]] == ["a", "b"]
+
+
+def test_code_digest_follows_the_code_cells_only(tmp_path):
+    """A notebook's code digest changes with any code cell and with no Markdown cell."""
+    from course_lib.long_runs import code_digest
+
+    def digest(code: str, text: str) -> str:
+        nb = {"cells": [
+            {"cell_type": "markdown", "id": "m", "source": [text]},
+            {"cell_type": "code", "id": "c", "source": [code]},
+        ]}  # fmt: skip
+        path = tmp_path / "nb.ipynb"
+        path.write_text(json.dumps(nb))
+        return code_digest(path)
+
+    base = digest("x = 1", "prose")
+    assert len(base) == 12
+    assert digest("x = 1", "other prose") == base
+    assert digest("x = 2", "prose") != base

@@ -150,6 +150,12 @@ def test_status_page_renders_the_colab_run():
     data["notebooks"]["notebooks/b.ipynb"] = 50.0
     assert "every one within the 60 s budget" in book._colab_run_table(data)
     assert "No run" in book._colab_run_table({})
+    # a time measured on code that has changed since is marked, the others not
+    data["code"] = {"notebooks/a.ipynb": "old", "notebooks/b.ipynb": "same"}
+    page = book._colab_run_table(data, digest=lambda path: "same")
+    assert "The code of 1 of them has changed since" in page
+    assert page.count("code changed since</td>") == 1
+    assert "<td>notebooks/a.ipynb</td><td>10.0</td><td>ok; code changed since</td>" in page
 
 
 def test_status_page_shows_every_chapter_in_colabs_runtime():

@@ -80,8 +80,9 @@ def test_pre_commit_config_is_valid():
 
 
 def test_pages_workflow_builds_and_publishes_the_book():
-    """On every push to main: install as tests.yml does, restore the execution cache, build
-    the book as the tests do, and deploy _build/html to GitHub Pages."""
+    """On every push to main: install as tests.yml does, time every chapter in Colab's
+    runtime, restore the execution cache, build the book as the tests do, and deploy
+    _build/html to GitHub Pages."""
     wf = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
     on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as True
     assert on["push"]["branches"] == ["main"]
@@ -99,6 +100,12 @@ def test_pages_workflow_builds_and_publishes_the_book():
     book = next(i for i, r in enumerate(runs) if "jupyter-book build ." in r)
     assert "-W" in runs[book].split()
     assert install < cache < book < uses.index("actions/upload-pages-artifact")
+    # Every chapter is timed in Colab's runtime before the build, so the status page of
+    # each published build shows that build's times (book/colab_run.json).
+    timed = next(i for i, s in enumerate(build) if "tests/test_colab.py" in s.get("run", ""))
+    env = build[timed]["env"]
+    assert env["COLAB_ALL_CHAPTERS"] == "1" and env["COLAB_TIMES"] == "book/colab_run.json"
+    assert "colab-python" in env["COLAB_PYTHON"] and install < timed < book
     assert "actions/configure-pages" in uses
     assert build[uses.index("actions/upload-pages-artifact")]["with"]["path"] == "_build/html"
     assert wf["jobs"]["deploy"]["needs"] == "build"

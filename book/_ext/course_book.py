@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from docutils import nodes
@@ -272,15 +273,24 @@ class CourseGpuRun(SphinxDirective):
         return [nodes.raw("", _gpu_run_table(data), format="html")]
 
 
-def _colab_run_table(data: dict) -> str:
-    """Each chapter's seconds in the Colab-like environment, against the budget."""
+def _colab_run_table(data: dict, digest: Callable[[str], str] | None = None) -> str:
+    """Each chapter's seconds in the Colab-like environment, against the budget.
+
+    A time whose notebook's code has changed since it was measured (its recorded
+    ``code`` digest differs from ``digest(path)``, by default
+    ``course_lib.long_runs.code_digest``) is marked as such.
+    """
     if not data.get("notebooks"):
         return "<p>No run in the Colab-like environment has been recorded yet.</p>"
+    if digest is None:
+        from course_lib.long_runs import code_digest as digest
     esc = html.escape
     rows = sorted(data["notebooks"].items())
     times = sorted(seconds for _, seconds in rows)
     median = times[len(times) // 2] if len(times) % 2 else sum(times[len(times) // 2 - 1 :][:2]) / 2
     over = [name for name, seconds in rows if seconds > BUDGET_SECONDS]
+    recorded = data.get("code", {})
+    stale = {name for name, _ in rows if name in recorded and recorded[name] != digest(name)}
     intro = (
         f"<p>Run of {esc(data['date'])} in {esc(data['environment'])}, on "
         f"{esc(data['hardware'])}. Median {median:.0f} s over {len(rows)} notebooks; "
@@ -289,11 +299,21 @@ def _colab_run_table(data: dict) -> str:
             if over
             else f"every one within the {BUDGET_SECONDS:.0f} s budget."
         )
+        + (
+            f" The code of {len(stale)} of them has changed since: their times are "
+            "marked <em>code changed since</em> and wait for the next run."
+            if stale
+            else ""
+        )
         + "</p>"
     )
+
+    def verdict(name: str, seconds: float) -> str:
+        budget = "over budget" if seconds > BUDGET_SECONDS else "ok"
+        return budget + ("; code changed since" if name in stale else "")
+
     body = "".join(
-        f"<tr><td>{esc(name)}</td><td>{seconds:.1f}</td>"
-        f"<td>{'over budget' if seconds > BUDGET_SECONDS else 'ok'}</td></tr>"
+        f"<tr><td>{esc(name)}</td><td>{seconds:.1f}</td><td>{verdict(name, seconds)}</td></tr>"
         for name, seconds in rows
     )
     return (
