@@ -2,7 +2,8 @@
 
 Checks, for each page served from localhost with no network:
 - math was typeset: MathJax left at least as many ``mjx-container`` elements
-  as the page has math spans/blocks in its HTML source;
+  as the page has math spans/blocks in its HTML source, and rejected none
+  (no ``mjx-merror``: an equation MathJax cannot parse shows as red text);
 - no uncaught JavaScript error reached the console (allow-list below);
 - notebook pages carry the Colab launch button;
 - pages that embed widget state render the widgets;
@@ -122,6 +123,12 @@ def test_page_in_browser(browser, site_url, book_build, page):
         assert typeset, (
             f"{page}: {math_in_source} math elements in the source but {count} typeset by MathJax"
         )
+        # MathJax typesets an equation it rejects too, as its error message in red
+        rejected = browser.execute_script(
+            "return Array.from(document.querySelectorAll('mjx-merror'))"
+            ".map(e => e.getAttribute('data-mjx-error') + ': ' + e.textContent.slice(0, 80))"
+        )
+        assert not rejected, f"{page}: MathJax could not typeset:\n" + "\n".join(rejected)
 
     if (ROOT / f"{page}.ipynb").exists():
         colab = browser.execute_script(

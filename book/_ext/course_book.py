@@ -28,6 +28,10 @@
   ``mutmut run``'s results): per model module, the mutants killed, surviving,
   equivalent (with their reasons), reached by no test and not run, and the
   score.
+- A display equation with a ``\\tag`` and a line break inside an environment
+  (``cases``, ``pmatrix``, ``aligned``) gets its tag moved after the ``split``
+  that Sphinx wraps it in, where MathJax accepts it (:func:`tag_outside_split`);
+  otherwise the website shows it as a MathJax error.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,6 +106,42 @@ class _FillHeavyNotebooks(SphinxPostTransform):
             else:
                 text = f"None: every notebook ran within {BUDGET_SECONDS:.0f} s."
                 node.replace_self(nodes.paragraph(text=text))
+
+
+_TAG = re.compile(r"\\tag\*?\{[^{}]*\}")
+
+
+def tag_outside_split(latex: str) -> str | None:
+    r"""A display equation whose ``\tag`` MathJax would reject on the website, rewritten.
+
+    Sphinx's MathJax writer wraps any display equation containing ``\\`` in
+    ``\begin{split}``, even when every ``\\`` sits inside an environment of its own
+    (``cases``, ``pmatrix``, ``aligned``); MathJax forbids ``\tag`` inside ``split``
+    and shows the equation as an error.  Returns the equation with its tag moved
+    after the ``split`` (where MathJax allows it), or ``None`` when it needs no change.
+    """
+    tags = _TAG.findall(latex)
+    if "\\\\" not in latex or len(tags) != 1 or "\n\n" in latex.strip():
+        return None
+    return "\\begin{split}" + _TAG.sub("", latex).strip() + "\\end{split}" + tags[0]
+
+
+class _TagOutsideSplit(SphinxPostTransform):
+    """Rewrites every display equation :func:`tag_outside_split` applies to, for MathJax."""
+
+    default_priority = 400
+    formats = ("html",)
+
+    def run(self, **kwargs) -> None:
+        start, end = self.config.mathjax_display
+        for node in self.document.findall(nodes.math_block):
+            if node.get("nowrap") or node.get("number"):
+                continue
+            fixed = tag_outside_split(node.astext())
+            if fixed is not None:
+                node["nowrap"] = True  # written as is, between MathJax's delimiters
+                node.clear()
+                node += nodes.Text(start + fixed + end)
 
 
 def _sweep_tables(data: dict) -> str:
@@ -413,5 +454,6 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("course-mutation", CourseMutation)
     app.add_node(_HeavyNotebooks)
     app.add_post_transform(_FillHeavyNotebooks)
+    app.add_post_transform(_TagOutsideSplit)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
