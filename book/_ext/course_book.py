@@ -456,4 +456,5 @@ def setup(app: Sphinx) -> dict:
     app.add_post_transform(_FillHeavyNotebooks)
     app.add_post_transform(_TagOutsideSplit)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
+    app.add_js_file("a11y.js")  # book/_static: names the theme's buttons and the sliders
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
