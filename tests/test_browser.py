@@ -309,3 +309,48 @@ def test_figure_stroke_widths_render(browser):
     assert len(cell_state) == 3 and min(cell_state) > 1.5 * max(others), drawn["lstm_cell"]
     alphas = sorted({w for _, w in drawn["seq2seq_attention"] if w != WIRE_DEFAULT})
     assert len(alphas) == 3 and alphas[-1] > 2 * alphas[0], drawn["seq2seq_attention"]
+
+
+def _ink_contrast(png: bytes) -> float:
+    """WCAG contrast ratio between a screenshot's background (its median luminance)
+    and its ink (the darkest 1%): how readable a line drawing is where it is shown."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")) / 255.0
+    linear = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    lum = linear @ np.array([0.2126, 0.7152, 0.0722])  # relative luminance, WCAG 2.1
+    ink, background = np.percentile(lum, 1), np.percentile(lum, 50)
+    return (max(ink, background) + 0.05) / (min(ink, background) + 0.05)
+
+
+def test_figures_are_readable_in_light_and_dark_mode(browser, site_url):
+    """The architecture figures carry their own light background, and the theme's dark
+    mode dims images (brightness 0.8, contrast 1.2): the ink keeps a contrast of at least
+    3 against it in both modes (WCAG 2.1's 1.4.11 for graphics), measured on a
+    screenshot. Control: the same figure dimmed to a fifth, as a theme that darkens
+    images for dark mode would, is unreadable, and the measure says so."""
+    page = sorted(figures_by_page())[0]
+    name = figures_by_page()[page][0]["options"]["name"]
+    browser.get(f"{site_url}/{page}.html")
+    _wait_for(browser, "return document.readyState === 'complete'")
+    contrast = {}
+    for mode in ("light", "dark"):
+        browser.execute_script("document.documentElement.dataset.theme = arguments[0]", mode)
+        img = browser.find_element("css selector", f"#{name} img")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", img)
+        time.sleep(0.5)  # the theme's colours change with a transition
+        contrast[mode] = _ink_contrast(img.screenshot_as_png)
+    browser.execute_script(
+        "const s = document.createElement('style'); s.id = 'no-panel';"
+        "s.textContent = 'img { filter: brightness(0.2) !important; }';"
+        "document.head.appendChild(s);"
+    )
+    time.sleep(0.5)
+    bare = _ink_contrast(browser.find_element("css selector", f"#{name} img").screenshot_as_png)
+    browser.execute_script("document.getElementById('no-panel').remove()")
+    browser.execute_script("document.documentElement.dataset.theme = 'light'")
+    assert contrast["light"] >= 3 and contrast["dark"] >= 3, (page, name, contrast)
+    assert bare < 3, f"control: the measure should see the dimmed figure as unreadable ({bare:.1f})"
