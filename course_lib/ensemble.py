@@ -17,7 +17,10 @@ each layer becomes one batched operation over the members.  ``K`` is the member
   same weights as ``K`` separate runs on the same batches (tested);
 * :class:`BestPerMember`: validation-based selection (Chapter 9's early stopping)
   per member: every ``every`` updates, keep each member's weights where its
-  validation error is the lowest so far; load them back at the end.
+  validation error is the lowest so far; load them back at the end;
+* :func:`member_batches`: the ``make_batch`` of :func:`train_stacked` when each
+  member has its own training set and its own random stream (Chapter 13's
+  data-fraction sweep): member ``k`` draws its rows as a separate run would.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from course_lib.training import Callback, Run, train
 
-__all__ = ["Stacked", "train_stacked", "BestPerMember"]
+__all__ = ["Stacked", "train_stacked", "BestPerMember", "member_batches"]
 
 
 def _key(name: str) -> str:
@@ -242,3 +245,38 @@ class BestPerMember(Callback):
             for n, p in run.model.named_parameters():
                 if n in self._best:
                     p.copy_(self._best[n])
+
+
+def member_batches(
+    data: Sequence[Sequence[Tensor]], batch_size: int, generators: Sequence[torch.Generator]
+) -> Callable[[], tuple[Tensor, ...]]:
+    """``make_batch`` for :func:`train_stacked`: each member samples its own data with its own stream.
+
+    ``data[k]``: member ``k``'s tensors (e.g. ``(images [N_k, ...], labels [N_k])``, the
+    same number for every member, ``N_k`` rows each; members may have different
+    ``N_k``); ``generators[k]``: its random stream.  Each call draws, for every
+    member, ``rows = torch.randint(N_k, (batch_size,), generator=generators[k])`` (what
+    one model's loop draws from that stream) and returns each tensor's rows stacked
+    over the members, ``[K, batch_size, ...]``.
+    """
+    if len(data) < 1 or len(data) != len(generators):
+        raise ValueError(
+            f"member_batches: give one (tensors, generator) pair per member; got {len(data)} "
+            f"members' data and {len(generators)} generators"
+        )
+    for k, tensors in enumerate(data):
+        sizes = {len(t) for t in tensors}
+        if len(tensors) != len(data[0]) or len(sizes) != 1:
+            raise ValueError(
+                f"member_batches: member {k} needs {len(data[0])} tensors with the same number "
+                f"of rows; got rows {[len(t) for t in tensors]}"
+            )
+
+    def make_batch() -> tuple[Tensor, ...]:
+        picks = []
+        for tensors, gen in zip(data, generators, strict=True):
+            rows = torch.randint(len(tensors[0]), (batch_size,), generator=gen)
+            picks.append([t[rows.to(t.device)] for t in tensors])
+        return tuple(torch.stack(column) for column in zip(*picks, strict=True))
+
+    return make_batch

@@ -53,6 +53,26 @@ LONG_RUNS: dict[str, dict] = {
         "env": {"COURSE_CH10_EXO_STEPS": "1000"},
         "minutes": "about 7 a seed, up to 10",
     },
+    # chapter 13's data-fraction sweep at all three training-set sizes (the chapter runs the
+    # smallest), over four chapter seeds
+    "ch13_sweep": {
+        "notebook": "notebooks/ch13_vision_transformer.ipynb",
+        "env": {"COURSE_CH13_FRACTIONS": "0.05,0.2,1.0"},
+        # the data and split; fit and the ViT; the CNN; the scrambled pixels; the sweep
+        "cells": [
+            "65cbf2bf",
+            "05b7a1c0",
+            "fc9661b4",
+            "c13cnn03",
+            "c13perm01",
+            "c13frac02",
+            "c13frac02b",
+            "c13frac02c",
+        ],  # fmt: skip
+        "keep": ["sweep_"],
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 3 a seed",
+    },
 }
 
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from course_lib.config import TransformerConfig
-from course_lib.ensemble import BestPerMember, Stacked, clip_grad_norm_per_member, train_stacked
+from course_lib.ensemble import (
+    BestPerMember,
+    Stacked,
+    clip_grad_norm_per_member,
+    member_batches,
+    train_stacked,
+)
 from course_lib.forecasting import NLinear
 from course_lib.timeseries import PatchForecaster
 from course_lib.training import Schedule, train, warmup_cosine
@@ -114,3 +121,104 @@ def test_best_per_member_keeps_each_members_best_weights():
     for n, p in after.items():
         for k, step in enumerate(best.best_step.tolist()):
             assert torch.equal(p[k], states[step - 1][n][k]), (n, k)
+
+
+# ---------------------------------------------------------------------------
+# Chapter 13: the ViT and the ConvNet as stacked members; per-member batches
+# ---------------------------------------------------------------------------
+
+
+def _vits(dropout: float = 0.0) -> list:
+    from course_lib.vit import ViT
+
+    config = TransformerConfig(
+        d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=dropout, activation="gelu"
+    )
+    models = []
+    for seed in range(K):
+        torch.manual_seed(seed)
+        models.append(ViT(config, 8, 2, 10))
+    return models
+
+
+def _convnets() -> list:
+    from course_lib.convnet import ConvNet
+
+    models = []
+    for seed in range(K):
+        torch.manual_seed(seed)
+        models.append(ConvNet(8, 10, width=4))
+    return models
+
+
+@pytest.mark.parametrize("make", [_vits, _convnets])
+def test_stacked_vit_and_convnet_forward_is_each_members(make):
+    models = make()
+    stacked = Stacked(models).eval()
+    x = torch.randn(K, 5, 1, 8, 8)
+    ref = torch.stack([m.eval()(x[k]) for k, m in enumerate(models)])
+    assert torch.allclose(stacked(x), ref, atol=1e-5)
+    assert torch.allclose(stacked.shared(x[0]), torch.stack([m(x[0]) for m in models]), atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [_vits, _convnets])
+def test_training_stacked_vits_and_convnets_equals_separate_runs(make):
+    """Chapter 13's sweep: each member its own data and stream, as separate runs see them."""
+    data = [(torch.rand(n, 1, 8, 8), torch.randint(10, (n,))) for n in (7, 12, 30)]
+
+    def loss(model, batch):  # cross-entropy of each member, [K]
+        logits = model(batch[0])  # [K, B, 10]
+        per_image = F.cross_entropy(logits.flatten(0, 1), batch[1].flatten(), reduction="none")
+        return per_image.view(K, -1).mean(1)
+
+    models = make()
+    stacked = Stacked(models)
+    gens = [torch.Generator().manual_seed(10 + k) for k in range(K)]
+    losses = train_stacked(
+        stacked, member_batches(data, 4, gens), loss, 5, 1e-2, weight_decay=0.05,
+        callbacks=[Schedule(warmup_cosine(1, 5))],
+    )  # fmt: skip
+    total = torch.zeros(5)
+    for k, m in enumerate(models):
+        gen = torch.Generator().manual_seed(10 + k)
+        x, y = data[k]
+
+        def batch(x=x, y=y, gen=gen):
+            rows = torch.randint(len(x), (4,), generator=gen)
+            return x[rows], y[rows]
+
+        total += torch.tensor(train(
+            m, batch, lambda m_, b: F.cross_entropy(m_(b[0]), b[1]), 5, 1e-2, weight_decay=0.05,
+            callbacks=[Schedule(warmup_cosine(1, 5))], progress=False,
+        ))  # fmt: skip
+        probe = torch.rand(6, 1, 8, 8)
+        with torch.no_grad():
+            assert torch.allclose(stacked.member(k).eval()(probe), m.eval()(probe), atol=1e-4)
+    assert torch.allclose(torch.tensor(losses), total, atol=1e-4)
+
+
+def test_stacked_vit_dropout_draws_differ_between_members():
+    models = _vits(dropout=0.5)
+    same = Stacked([models[0]] * K)  # K copies of one set of weights
+    x = torch.rand(5, 1, 8, 8)
+    out = same.shared(x)  # training mode: dropout on
+    assert not torch.allclose(out[0], out[1]) and not torch.allclose(out[1], out[2])
+    same.eval()
+    out = same.shared(x)
+    assert torch.allclose(out[0], out[1]) and torch.allclose(out[1], out[2])
+
+
+def test_member_batches_draws_what_each_members_stream_would():
+    data = [(torch.arange(n).float(), torch.arange(n) * 10) for n in (3, 50)]
+    make = member_batches(data, 6, [torch.Generator().manual_seed(s) for s in (1, 2)])
+    first, second = make(), make()
+    assert first[0].shape == (2, 6) and first[1].shape == (2, 6)
+    for k, (n, s) in enumerate([(3, 1), (50, 2)]):
+        gen = torch.Generator().manual_seed(s)
+        for got in (first, second):
+            rows = torch.randint(n, (6,), generator=gen)
+            assert torch.equal(got[0][k], rows.float()) and torch.equal(got[1][k], rows * 10)
+    with pytest.raises(ValueError, match="one \\(tensors, generator\\) pair per member"):
+        member_batches(data, 6, [torch.Generator()])
+    with pytest.raises(ValueError, match="member 1 needs 2 tensors with the same number of rows"):
+        member_batches([data[0], (torch.zeros(4), torch.zeros(5))], 6, [torch.Generator()] * 2)

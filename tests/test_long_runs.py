@@ -107,3 +107,17 @@ def test_code_digest_follows_the_code_cells_only(tmp_path):
     assert len(base) == 12
     assert digest("x = 1", "other prose") == base
     assert digest("x = 2", "prose") != base
+
+
+def test_ch13_record_has_every_size_arm_and_seed():
+    """The chapter reads three networks per (arm, training-set size) from each chapter seed."""
+    spec = long_runs.LONG_RUNS["ch13_sweep"]
+    fractions = [float(f) for f in spec["env"]["COURSE_CH13_FRACTIONS"].split(",")]
+    assert fractions == [0.05, 0.2, 1.0]
+    for run in long_runs.load("ch13_sweep")["runs"]:
+        results = run["results"]
+        assert results["sweep_images_100"] == 1437 and results["sweep_images_5"] < 100
+        for arm in ("svm", "cnn", "cnn_scrambled", "vit"):
+            for pct in (5, 20, 100):
+                accs = [results[f"sweep_{arm}_{pct}_{i}"] for i in range(3)]
+                assert all(0.5 < a <= 1 for a in accs), (arm, pct, accs)
