@@ -127,7 +127,8 @@ class GRUEncoderDecoder(nn.Module):
 
     :meth:`decode_steps` runs ``step`` over the target, :meth:`greedy_decode` and
     :meth:`alignments` use it, and so does :meth:`forward_with_weights` unless a
-    model can run its teacher-forced steps at once (Seq2Seq, Luong).
+    model overrides it: Seq2Seq and Luong run their teacher-forced steps at once,
+    Bahdanau runs its steps with the keys' half of its score computed once.
     """
 
     def __init__(
