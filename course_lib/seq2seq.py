@@ -127,7 +127,8 @@ class GRUEncoderDecoder(nn.Module):
 
     :meth:`decode_steps` runs ``step`` over the target, :meth:`greedy_decode` and
     :meth:`alignments` use it, and so does :meth:`forward_with_weights` unless a
-    model can run its teacher-forced steps at once (Seq2Seq, Luong).
+    model overrides it: Seq2Seq and Luong run their teacher-forced steps at once,
+    Bahdanau runs its steps with the keys' half of its score computed once.
     """
 
     def __init__(
@@ -307,6 +308,29 @@ class BahdanauSeq2Seq(GRUEncoderDecoder):
         c = c[:, 0]
         s = gru_step(self.decoder, torch.cat([self.tgt_emb(y_prev), c], -1), s)  # (2.9) [B, H]
         return self.out(torch.cat([s, c], -1)), s, alpha[:, 0]  # (2.10)        [B, V]
+
+    def forward_with_weights(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: :meth:`step` at every position, with ``U h_j`` computed once.
+
+        The keys' half of the score (2.4), ``U h_j`` [B, S, A], is the same at every
+        step; :meth:`step` (the equations as written, used by greedy decoding) recomputes
+        it, this training path does not.  Same numbers (``tests/test_seq2seq.py``).
+        Returns (logits [B, T, V], weights [B, T, S]).
+        """
+        expect_shape("BahdanauSeq2Seq", "tgt_in", tgt_in, [("B", src.shape[0]), ("T", None)])
+        states, s = self.start(src)  # [B, S, H], s_0 = h_S [B, H]
+        att = self.attention
+        keys = F.linear(states, att.w_key.weight)  # U h_j, once                   [B, S, A]
+        emb = self.tgt_emb(tgt_in)  # E y_{i-1} for every step                     [B, T, D]
+        logits, weights = [], []
+        for t in range(tgt_in.shape[1]):
+            e = torch.tanh(att.w_query(s).unsqueeze(1) + keys) @ att.v  # (2.4)    [B, S]
+            alpha = torch.softmax(e, dim=-1)  # (2.2)                              [B, S]
+            c = (alpha.unsqueeze(1) @ states)[:, 0]  # (2.3)                       [B, H]
+            s = gru_step(self.decoder, torch.cat([emb[:, t], c], -1), s)  # (2.9) [B, H]
+            logits.append(self.out(torch.cat([s, c], -1)))  # (2.10)             [B, V]
+            weights.append(alpha)
+        return torch.stack(logits, 1), torch.stack(weights, 1)
 
 
 class LuongSeq2Seq(GRUEncoderDecoder):

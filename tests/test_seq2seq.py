@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from course_lib.masks import window_mask
@@ -318,3 +319,20 @@ def test_train_rejects_bad_arguments_and_stops_on_nan():
             steps=3,
             progress=False,
         )
+
+
+@pytest.mark.usefixtures("seed_and_one_thread")
+@pytest.mark.parametrize("gru", [GRU, nn.GRU])
+def test_bahdanau_training_path_equals_its_steps(gru):
+    """forward_with_weights computes U h_j once; the step-by-step equations, same numbers."""
+    model = BahdanauSeq2Seq(6, 8, 12, gru=gru)
+    b = make_batch(4, 7, 6, generator=_gen(3))
+    fast, w_fast = model.forward_with_weights(b.src, b.tgt_in)
+    slow, _, w_slow = model.decode_steps(b.src, 7, b.tgt_in)  # step() at every position
+    assert _close(fast, slow) and _close(w_fast, w_slow)
+    grads = []
+    for logits in (fast, slow):
+        model.zero_grad()
+        F.cross_entropy(logits.flatten(0, 1), b.tgt.flatten()).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(_close(g, h) for g, h in zip(*grads, strict=True))
