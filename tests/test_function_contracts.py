@@ -432,6 +432,8 @@ EXEMPT: dict[str, str] = {
     "embeddings.cooccurrence_matrix": "integer ids in, float64 counts out (exact counts)",
     "embeddings.ppmi_svd_embeddings": "integer ids in; the SVD runs in float64 and the "
     "vectors are float32 by contract (documented)",
+    "ensemble.member_batches": "returns a function that selects rows of the tensors it is "
+    "given (indexing keeps any dtype); tested in test_ensemble",
     "ensemble.train_stacked": _LOOP,
     "forecasting.ets_forecast": "fits statsmodels' Holt-Winters in NumPy float64 (any "
     "floating input is converted), returns float32 forecasts as the trained models' targets",
