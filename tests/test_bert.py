@@ -1,5 +1,7 @@
 """Chapter 12: BERT matched to transformers.BertModel, MLM masking, parameter counts."""
 
+import dataclasses
+
 import pytest
 import torch
 import transformers
@@ -219,3 +221,143 @@ def test_linear_probe_matches_sklearn_logistic_regression():
     assert 0.6 < theirs and abs(ours - theirs) <= 0.02  # 200 test points: 0.02 is 4 of them
     with pytest.raises(ValueError, match=r"mean_pool the hidden states first"):
         bert.linear_probe(torch.randn(4, 2, 3), y[:4], x[:4], y[:4])
+
+
+# --- gaps found by mutation testing (mutmut) -----------------------------------------
+
+WIDE = dataclasses.replace(
+    SMALL, vocab_size=400, hidden_size=64, num_hidden_layers=1, intermediate_size=256
+)
+
+
+def test_initialisation_is_berts():
+    """BERT's initialisation (Devlin et al.'s code; transformers' ``initializer_range``):
+    every matrix and embedding N(0, 0.02), every bias 0, layer norms at gain 1, bias 0;
+    the MLM head's transform likewise and its output bias 0."""
+    std = transformers.BertConfig().initializer_range
+    torch.manual_seed(0)
+    model = bert.MaskedLM(WIDE)
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            assert torch.equal(p, torch.zeros_like(p)), name
+        elif "norm" in name:
+            assert torch.equal(p, torch.ones_like(p)), name
+        else:  # n draws: the sample std is off by about std / sqrt(2 n); allow 6 of those
+            n = p.numel()
+            assert abs(p.std().item() - std) < 6 * std / (2 * n) ** 0.5, (name, p.std().item())
+            assert abs(p.mean().item()) < 6 * std / n**0.5, name
+
+
+def test_input_of_exactly_the_maximum_length_is_read():
+    model = bert.BertEncoder(SMALL).eval()
+    ids = torch.randint(60, (2, SMALL.max_position_embeddings))
+    h, pooled = model(ids)
+    assert h.shape == (2, 24, 32) and pooled.shape == (2, 32)
+
+
+def test_dropout_acts_in_training_only():
+    """Dropout on the embeddings (12.3) and in the classifier, in train mode only."""
+    cfg = dataclasses.replace(SMALL, dropout=0.5)
+    torch.manual_seed(0)
+    model = bert.BertEncoder(cfg)
+    ids = torch.randint(60, (4, 20))
+    x = model.embed(ids)  # train mode: about half the entries zeroed, the rest doubled
+    zeros = (x == 0).float().mean().item()
+    assert 0.4 < zeros < 0.6, zeros
+    model.eval()
+    clean = model.embed(ids)
+    assert (clean == 0).sum() == 0
+    kept = x != 0
+    torch.testing.assert_close(x[kept], 2 * clean[kept])
+    clf = bert.Classifier(model, 3, dropout=0.5)
+    clf.eval()
+    with torch.no_grad():
+        ref = clf(ids)
+        clf.train()
+        model.eval()  # only the classifier's own dropout is on
+        assert not torch.allclose(clf(ids), ref)
+
+
+def test_classifier_matches_bert_for_sequence_classification():
+    torch.manual_seed(0)
+    hf = transformers.BertForSequenceClassification(_hf_config_labels(SMALL, 3)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    clf = bert.Classifier(bert.BertEncoder(SMALL), 3)
+    bert.load_hf_bert(
+        clf.encoder, {k: v for k, v in hf.state_dict().items() if "classifier" not in k}
+    )
+    with torch.no_grad():
+        clf.out.weight.copy_(hf.classifier.weight)
+        clf.out.bias.copy_(hf.classifier.bias)
+    clf.eval()
+    ids = torch.randint(60, (3, 11))
+    types = (torch.arange(11) >= 5).long().expand(3, 11)
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[2, 7:] = 0
+    with torch.no_grad():
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
+        torch.testing.assert_close(clf(ids, types, mask), ref, atol=1e-5, rtol=0)
+    # the default dropout is BERT's fine-tuning dropout
+    assert clf.dropout.p == transformers.BertConfig().hidden_dropout_prob
+
+
+def _hf_config_labels(cfg, n):
+    c = hf_config(cfg)
+    c.num_labels = n
+    return c
+
+
+def test_mean_pool_of_one_token_and_of_no_token():
+    h = torch.randn(3, 4, 5)
+    mask = torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [0, 1, 1, 0]])
+    pooled = bert.mean_pool(h, mask)
+    torch.testing.assert_close(pooled[0], h[0, 0])  # one real token: itself
+    torch.testing.assert_close(pooled[1], torch.zeros(5))  # all padding: zeros, not NaN
+    torch.testing.assert_close(pooled[2], h[2, 1:3].mean(0))
+
+
+def test_mask_tokens_extreme_probabilities():
+    ids = torch.arange(40).reshape(4, 10)
+    special = (0, 1)
+    inputs, labels = bert.mask_tokens(ids, vocab_size=40, mask_id=1, special_ids=special, prob=0.0)
+    assert torch.equal(inputs, ids) and (labels == -100).all()
+    inputs, labels = bert.mask_tokens(ids, vocab_size=40, mask_id=1, special_ids=special, prob=1.0)
+    eligible = ~torch.isin(ids, torch.tensor(special))
+    assert torch.equal(labels[eligible], ids[eligible])  # every ordinary token selected
+    assert (labels[~eligible] == -100).all()
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"prob must be in \[0, 1\]"):
+            bert.mask_tokens(ids, vocab_size=40, mask_id=1, prob=bad)
+
+
+def test_mask_tokens_random_ids_are_drawn_from_the_vocabulary():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.full((200_000,), 7)
+    inputs, labels = bert.mask_tokens(ids, vocab_size=5, mask_id=3, generator=g)
+    swapped = inputs[(labels != -100) & (inputs != 3)]
+    counts = torch.bincount(swapped, minlength=8)
+    # stays (10%) are 7; random ids (10%) are uniform over 0..4: 3 also from a draw
+    assert counts[5:7].sum() == 0 and counts[[0, 1, 2, 4]].min() > 0
+    assert abs(counts[7] / counts.sum() - 0.1 / (0.1 + 0.1 * 4 / 5)) < 0.02
+
+
+def test_mask_tokens_keeps_the_device():
+    """On the meta device (no data), every tensor made inside must follow ``ids``."""
+    import torch.fx.experimental._config as fx_config
+
+    ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    old = fx_config.meta_nonzero_assume_all_nonzero
+    fx_config.meta_nonzero_assume_all_nonzero = True  # boolean indexing on meta
+    try:
+        inputs, labels = bert.mask_tokens(ids, vocab_size=10, mask_id=3, special_ids=(0,))
+    finally:
+        fx_config.meta_nonzero_assume_all_nonzero = old
+    assert inputs.device.type == labels.device.type == "meta"
+
+
+def test_encoder_keeps_the_device():
+    model = bert.BertEncoder(SMALL).to("meta")
+    h, pooled = model(torch.zeros(2, 5, dtype=torch.long, device="meta"))
+    assert h.device.type == pooled.device.type == "meta"
