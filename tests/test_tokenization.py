@@ -258,3 +258,85 @@ def test_pre_tokenize_matches_tokenizers_on_arbitrary_text():
 def test_pre_tokenize_rejects_non_text():
     with pytest.raises(TypeError, match="takes a str"):
         pre_tokenize(b"bytes")
+
+
+# ---------------------------------------------------------------------------
+# gaps found by mutation testing (mutmut)
+# ---------------------------------------------------------------------------
+
+
+def test_word_counts_of_several_texts():
+    assert word_counts(["to be, or", "to be"]) == Counter({"to": 2, "be": 2, ",": 1, "or": 1})
+    assert word_counts("a a") == Counter({"a": 2})
+
+
+def test_small_bpe_by_hand():
+    """'low lower lowest' x counts: the merges and ids worked out by hand (Sennrich's example)."""
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    tok = train_bpe(counts, 15, unk_token="<u>")
+    # characters in code-point order after <u>: d e i l n o r s t w -> ids 1..10
+    assert list(tok.vocab)[:11] == ["<u>", "d", "e", "i", "l", "n", "o", "r", "s", "t", "w"]
+    # pair counts: (e,s) 9, (s,t) 9, (l,o) 7, (o,w) 7, ... ties by smaller ids: (e,s) first
+    assert tok.merges[:4] == [("e", "s"), ("es", "t"), ("l", "o"), ("lo", "w")]
+    assert tok.vocab["es"] == 11 and tok.vocab["low"] == 14 and len(tok) == 15
+    assert tok.tokenize_word("lowest") == ["low", "est"]
+    assert tok.tokenize_word("lowest") == ["low", "est"]  # from the cache
+    assert tok.tokenize_word("x") == ["<u>"] and tok.tokenize_word("") == []
+    assert tok.encode("lowest  low") == [14, tok.vocab["est"], 14]
+    assert tok.decode(torch.tensor([14, tok.vocab["est"]])) == "low est"  # no prefix: spaces
+    # min_frequency: a pair seen fewer times is never merged
+    assert train_bpe(counts, 100, min_frequency=7).merges == [
+        ("e", "s"), ("es", "t"), ("l", "o"), ("lo", "w")
+    ]  # fmt: skip
+    assert train_bpe(counts, 100, min_frequency=10).merges == []
+    assert train_bpe({"ab": 1, "": 5}, 100, min_frequency=1).merges == [("a", "b")]
+    # vocab_size counts the special token and the characters: nothing to merge
+    assert train_bpe(counts, 5).merges == [] and len(train_bpe(counts, 5)) == 11
+
+
+def test_bpe_errors_and_truncation_bounds():
+    tok = train_bpe({"abab": 3, "ab": 2}, 10)
+    assert tok.truncated(len(tok)).merges == tok.merges
+    one = tok.truncated(1)
+    assert one.vocab == {"[UNK]": 0} and one.merges == []
+    assert tok.truncated(3).merges == [] and tok.truncated(4).merges == [("a", "b")]
+    for bad in (0, len(tok) + 1):
+        with pytest.raises(ValueError, match=rf"vocab_size must be in 1..{len(tok)}, got {bad}"):
+            tok.truncated(bad)
+    with pytest.raises(ValueError, match="vocab_size must be >= 1, got 0"):
+        train_bpe("ab", 0)
+    with pytest.raises(ValueError, match="min_frequency must be >= 1, got 0"):
+        train_bpe("ab", 10, min_frequency=0)
+    assert len(train_bpe("ab ab", 1)) == 3  # the alphabet always enters the vocabulary
+
+
+def test_bpe_with_a_prefix_by_hand():
+    tok = train_bpe({"abab": 3, "ba": 1}, 20, continuing_subword_prefix="##")
+    # ids: [UNK], the characters (a, b), then the prefixed ones met inside words (##a, ##b)
+    assert list(tok.vocab)[:5] == ["[UNK]", "a", "b", "##a", "##b"]
+    assert tok.merges[0] == ("a", "##b") and tok.vocab["ab"] == 5
+    assert tok.tokenize_word("abab") == ["abab"] and tok.tokenize_word("ba") == ["b", "##a"]
+    assert tok.decode([5, 3, 1]) == "aba a"  # "##a" continues the word, "a" starts one
+    small = tok.truncated(6)
+    assert small.merges == [("a", "##b")] and small.continuing_subword_prefix == "##"
+    assert small.tokenize_word("abab") == ["ab", "##a", "##b"]
+
+
+def test_bpe_progress_bar(capsys):
+    train_bpe({"abab": 3, "ab": 2}, 5, progress=True)
+    err = capsys.readouterr().err
+    assert "BPE merges" in err and "2/2" in err  # 3 tokens at the start, 2 merges to go
+    train_bpe({"abab": 3}, 5)
+    assert capsys.readouterr().err == ""
+
+
+def test_wordpiece_options():
+    vocab = {"ab": 0, "@@c": 1, "c": 2, "a": 3}
+    assert wordpiece_tokenize("abc", vocab, prefix="@@") == ["ab", "@@c"]
+    assert wordpiece_tokenize("abc", list(vocab), prefix="@@") == ["ab", "@@c"]
+    assert wordpiece_tokenize("abc", vocab) == ["[UNK]"]  # "##c" is not in vocab
+    assert wordpiece_tokenize("abd", vocab, prefix="@@", unk_token="<?>") == ["<?>"]
+    assert wordpiece_tokenize("abc", vocab, prefix="@@", max_chars=3) == ["ab", "@@c"]
+    assert wordpiece_tokenize("abcc", vocab, prefix="@@", max_chars=3) == ["[UNK]"]
+    assert wordpiece_tokenize("", vocab) == []
+    assert wordpiece_tokenize("c", vocab) == ["c"]
