@@ -361,3 +361,109 @@ def test_encoder_keeps_the_device():
     model = bert.BertEncoder(SMALL).to("meta")
     h, pooled = model(torch.zeros(2, 5, dtype=torch.long, device="meta"))
     assert h.device.type == pooled.device.type == "meta"
+
+
+def test_linear_probe_standardises_each_feature_and_keeps_the_dtype():
+    """Standardised with the training mean and std of each feature, the probe cannot tell
+    features rescaled by 1e-3 .. 1e3 and shifted from the originals (a global mean or
+    std, or no standardisation of small features, drops the accuracy to 0.35 - 0.9)."""
+    g = torch.Generator().manual_seed(0)
+    centres = 1.5 * torch.randn(3, 8, generator=g)
+    y = torch.randint(3, (600,), generator=g)
+    x = centres[y] + torch.randn(600, 8, generator=g)
+    moved = x * torch.logspace(-3, 3, 8) + 50.0
+
+    def probe(features):
+        torch.manual_seed(0)
+        return bert.linear_probe(features[:400], y[:400], features[400:], y[400:])
+
+    base = probe(x)
+    assert base > 0.9
+    assert abs(probe(moved) - base) <= 1 / 200  # one test point of 200, at most (rounding)
+    assert abs(probe(moved.double()) - base) <= 1 / 200  # float64 features: a float64 probe
+
+
+def test_linear_probe_defaults(monkeypatch):
+    """300 full-batch AdamW steps, learning rate 0.01, weight decay 0.01 (the defaults)."""
+    made, steps = [], []
+
+    class Recording(torch.optim.AdamW):
+        def __init__(self, params, lr, **kw):
+            made.append((lr, kw))
+            super().__init__(params, lr, **kw)
+
+        def step(self, closure=None):
+            steps.append(1)
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    x, y = torch.randn(20, 3), torch.arange(20) % 2
+    bert.linear_probe(x, y, x, y)
+    assert made == [(0.01, {"weight_decay": 0.01})] and len(steps) == 300
+    bert.linear_probe(x, y, x, y, steps=7, lr=0.5, weight_decay=0.0)
+    assert made[1] == (0.5, {"weight_decay": 0.0}) and len(steps) == 307
+    with pytest.raises(ValueError, match="test_x must be"):
+        bert.linear_probe(x, y, x, y[:5])
+
+
+def test_mask_tokens_thresholds(monkeypatch):
+    """Selected iff the first draw u < prob; then [MASK] iff the second draw r < 0.8, a
+    random id iff 0.8 <= r < 0.9, kept iff r >= 0.9 (draws fixed at the boundaries)."""
+    f32 = torch.float32
+    u = torch.tensor([0.15, 0.1, 0.1, 0.1, 0.1, 0.0, 0.9], dtype=f32)
+    r = torch.tensor([0.0, 0.8, 0.9, 0.7999, 0.8999, 0.95, 0.0], dtype=f32)
+    draws = iter([u, r])
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: next(draws))
+    ids = torch.tensor([10, 11, 12, 13, 14, 15, 16])
+    inputs, labels = bert.mask_tokens(ids, vocab_size=5, mask_id=99, prob=0.15)
+    # u == 0.15 is not below prob: not selected; the last has u = 0.9: not selected
+    assert labels.tolist() == [-100, 11, 12, 13, 14, 15, -100]
+    assert inputs[[0, 6]].tolist() == [10, 16]
+    assert inputs[1] < 5 and inputs[4] < 5  # 0.8 <= r < 0.9: a random id
+    assert inputs[[2, 5]].tolist() == [12, 15]  # r >= 0.9: kept
+    assert inputs[3] == 99  # r < 0.8: [MASK]
+
+
+def test_mask_tokens_uses_only_its_generator():
+    """The same generator state gives the same masking whatever the global seed."""
+    ids = torch.randint(4, 100, (50, 40), generator=torch.Generator().manual_seed(1))
+    outs = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        g = torch.Generator().manual_seed(7)
+        outs.append(bert.mask_tokens(ids, vocab_size=100, mask_id=3, generator=g))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    assert not torch.equal(outs[0][0], ids)
+
+
+def test_mlm_head_with_every_weight_perturbed():
+    """As test_mlm_head_is_tied_and_matches, with no zero bias or unit gain left."""
+    torch.manual_seed(1)
+    hf = transformers.BertForMaskedLM(hf_config(SMALL)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    ours = bert.MaskedLM(SMALL).eval()
+    sd = hf.state_dict()
+    bert.load_hf_bert(
+        ours.encoder,
+        {k: v for k, v in sd.items() if "cls." not in k}
+        | {
+            "bert.pooler.dense.weight": torch.zeros(32, 32),
+            "bert.pooler.dense.bias": torch.zeros(32),
+        },
+    )
+    with torch.no_grad():
+        ours.transform.weight.copy_(sd["cls.predictions.transform.dense.weight"])
+        ours.transform.bias.copy_(sd["cls.predictions.transform.dense.bias"])
+        ours.norm.weight.copy_(sd["cls.predictions.transform.LayerNorm.weight"])
+        ours.norm.bias.copy_(sd["cls.predictions.transform.LayerNorm.bias"])
+        ours.bias.copy_(sd["cls.predictions.bias"])
+        assert ours.bias.abs().min() > 0
+        ids = torch.randint(60, (2, 10))
+        types = (torch.arange(10) >= 4).long().expand(2, 10)
+        mask = torch.ones(2, 10, dtype=torch.long)
+        mask[1, 6:] = 0
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
+        got = ours(ids, types, mask)
+        torch.testing.assert_close(got[mask.bool()], ref[mask.bool()], atol=1e-5, rtol=0)
