@@ -145,9 +145,14 @@ def test_patch_shuffle():
         )
         assert (model(vit.permute_patches(x, perm, P)) - model(x)).abs().max() > 1e-3
         assert torch.equal(moved.pos_embed[0, 0], model.pos_embed[0, 0])  # CLS position stays
-    with pytest.raises(ValueError, match=r"perm must hold each of 0 .. 15 once"):
+        assert torch.equal(moved.pos_embed[0, 1:], model.pos_embed[0, 1:][perm])
+        assert moved.pos_embed.data_ptr() != model.pos_embed.data_ptr()  # a copy: model kept
+    with pytest.raises(ValueError, match=r"^permute_patches: perm must hold each of 0 .. 15 once"):
         vit.permute_patches(images, torch.zeros(16, dtype=torch.long), 2)
-    with pytest.raises(ValueError, match=r"perm must be an integer tensor \[N_p=16\], got \[4\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"^with_permuted_positions: perm must be an integer tensor \[N_p=16\], got \[4\]",
+    ):
         vit.with_permuted_positions(model, torch.arange(4))
 
 
@@ -155,8 +160,16 @@ def test_errors():
     model = vit.ViT(CFG.replace(num_layers=1), IMG, P, 10)
     with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\]"):
         model(torch.rand(2, 1, 6, 6))
-    with pytest.raises(ValueError, match=r"images must be \[B, C=1, height, width\]"):
+    with pytest.raises(
+        ValueError, match=r"^PatchEmbedding: images must be \[B, C=1, height, width\]"
+    ):
         model(torch.rand(2, 3, 8, 8))
+    with pytest.raises(
+        ValueError, match=r"^PatchEmbedding: images must be \[B, C=1, height, width\]"
+    ):
+        model.patch_embed.forward_linear(torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match=r"^PatchEmbedding: image size 8x6 is not a multiple"):
+        vit.PatchEmbedding(1, 4, 4).forward_linear(torch.rand(2, 1, 8, 6))
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         vit.patchify(torch.rand(1, 1, 7, 8), 2)
     with pytest.raises(ValueError, match="multiple of patch_size"):
@@ -187,9 +200,13 @@ def test_patchify_non_square_and_single_pixel_patches():
 
 
 def test_input_checks():
-    with pytest.raises(ValueError, match=r"images must be \[B, C, height, width\], got list"):
+    with pytest.raises(
+        ValueError, match=r"^patchify: images must be \[B, C, height, width\], got list"
+    ):
         vit.patchify([[1.0]], 2)
-    with pytest.raises(ValueError, match="image size 8x7 is not a multiple of the patch size 2"):
+    with pytest.raises(
+        ValueError, match="^patchify: image size 8x7 is not a multiple of the patch size 2"
+    ):
         vit.patchify(torch.rand(1, 1, 8, 7), 2)
     for bad in (0, 2.0):
         with pytest.raises(ValueError, match="patchify: patch_size must be a positive int"):
@@ -215,11 +232,15 @@ def test_input_checks():
         vit.cls_attention_map(torch.rand(1, 2, 3, 10, 10), 4)
     with pytest.raises(ValueError, match=r"got \[1, 2, 3, 17\]"):
         vit.cls_attention_map(torch.rand(1, 2, 3, 17), 4)
-    with pytest.raises(ValueError, match=r"perm must be an integer tensor \[N_p=4\], got \[4\]"):
+    with pytest.raises(
+        ValueError, match=r"^permute_patches: perm must be an integer tensor \[N_p=4\], got \[4\]"
+    ):
         vit.permute_patches(torch.rand(1, 1, 4, 4), torch.arange(4.0), 2)
     with pytest.raises(ValueError, match=r"perm must be an integer tensor \[N_p=4\], got list"):
         vit.permute_patches(torch.rand(1, 1, 4, 4), [0, 1, 2, 3], 2)
-    with pytest.raises(TypeError, match="model must be a ViT, got Linear"):
+    with pytest.raises(
+        TypeError, match="^with_permuted_positions: model must be a ViT, got Linear"
+    ):
         vit.with_permuted_positions(torch.nn.Linear(2, 2), torch.arange(4))
 
 
