@@ -228,7 +228,8 @@ def _assigned(c: str) -> bool:
 @pytest.mark.parametrize(
     "text",
     ["½ x² ¾", "①②③ ⑴", "cafe\u0301 nai\u0308ve", "a\u200db\u200cc", "Ⓐⓑ 🄰", "x\u00a0y\u2028z",
-     "\x1c\x1fa", "٣٤ ४२", "Ⅻ ⅻ", "snake_case", "«quoted» — dash"],
+     "\x1c\x1fa", "٣٤ ४२", "Ⅻ ⅻ", "snake_case", "«quoted» — dash",
+     "ⓩ🅉 🅐🅩 🅰🆉 x🄰y x\u24b5y"],
 )  # fmt: skip
 def test_pre_tokenize_splits_unicode_as_tokenizers(text):
     """Cases where Python's \\w and \\s disagree with Unicode's (and tokenizers')."""
@@ -290,6 +291,8 @@ def test_small_bpe_by_hand():
     ]  # fmt: skip
     assert train_bpe(counts, 100, min_frequency=10).merges == []
     assert train_bpe({"ab": 1, "": 5}, 100, min_frequency=1).merges == [("a", "b")]
+    # a pair seen once appears after a merge: with min_frequency=1 it is merged too
+    assert train_bpe({"abc": 1}, 100, min_frequency=1).merges == [("a", "b"), ("ab", "c")]
     # vocab_size counts the special token and the characters: nothing to merge
     assert train_bpe(counts, 5).merges == [] and len(train_bpe(counts, 5)) == 11
 
@@ -328,6 +331,8 @@ def test_bpe_progress_bar(capsys):
     assert "BPE merges" in err and "2/2" in err  # 3 tokens at the start, 2 merges to go
     train_bpe({"abab": 3}, 5)
     assert capsys.readouterr().err == ""
+    train_bpe({"abab": 3}, 2, progress=True)  # the vocabulary is full from the start
+    assert "BPE merges: 0it" in capsys.readouterr().err  # no total: tqdm counts up from 0
 
 
 def test_wordpiece_options():
