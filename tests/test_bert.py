@@ -467,3 +467,63 @@ def test_mlm_head_with_every_weight_perturbed():
         ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
         got = ours(ids, types, mask)
         torch.testing.assert_close(got[mask.bool()], ref[mask.bool()], atol=1e-5, rtol=0)
+
+
+def test_mask_tokens_special_ids_beyond_the_dtype():
+    """Ids stored in a small integer dtype (int32, int16) keep it, random ids included (they
+    were int64, which indexing into the ids refused); a special id that dtype cannot
+    hold matches nothing (it used to be cast to the ids' dtype, which overflowed)."""
+    ids = torch.arange(10, dtype=torch.int16)
+    inputs, labels = bert.mask_tokens(
+        ids, vocab_size=10, mask_id=3, special_ids=(0, 40_000), prob=1.0
+    )
+    assert labels.dtype == inputs.dtype == torch.int16
+    assert labels[0] == -100 and (labels[1:] == ids[1:]).all()
+    big = torch.arange(4, 1000, dtype=torch.int32).repeat(20)
+    inputs, _ = bert.mask_tokens(big, vocab_size=1000, mask_id=3, prob=1.0)
+    assert inputs.dtype == torch.int32 and ((inputs != 3) & (inputs != big)).any()
+
+
+def test_mask_tokens_draws_on_the_device_of_ids(monkeypatch):
+    """Every tensor mask_tokens makes (the draws, the set of special ids) is made on
+    ``ids``' device, here meta; on a GPU a CPU tensor there would fail or be slow."""
+    import torch.fx.experimental._config as fx_config
+
+    made = []
+    for name in ("rand", "randint", "tensor"):
+        real = getattr(torch, name)
+
+        def wrapped(*a, _real=real, **k):
+            out = _real(*a, **k)
+            made.append(out.device.type)
+            return out
+
+        monkeypatch.setattr(torch, name, wrapped)
+    monkeypatch.setattr(fx_config, "meta_nonzero_assume_all_nonzero", True)
+    ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    bert.mask_tokens(ids, vocab_size=10, mask_id=3, special_ids=(0,))
+    assert made == ["meta"] * 4  # u, the special ids, r, the random ids
+
+
+def test_mlm_loss_reads_out_the_selected_positions_only():
+    """The [V, D] read-out runs on the selected positions only (the docstring's cost claim),
+    and a label id that happens to be 100 counts like any other (vocabulary of 128)."""
+    cfg = dataclasses.replace(SMALL, vocab_size=128)
+    torch.manual_seed(0)
+    model = bert.MaskedLM(cfg).eval()
+    ids = torch.randint(128, (2, 6))
+    labels = torch.full_like(ids, -100)
+    labels[0, 1], labels[1, 4], labels[1, 5] = 100, 7, 100
+    shapes = []
+    head = model.head
+    model.head = lambda h: (shapes.append(tuple(h.shape)), head(h))[1]
+    with torch.no_grad():
+        loss = bert.mlm_loss(model, (ids, labels))
+        model.head = head
+        logits = model(ids)
+    assert shapes == [(3, 32)]
+    picked = [(0, 1), (1, 4), (1, 5)]
+    ref = torch.stack(
+        [torch.nn.functional.cross_entropy(logits[b, t], labels[b, t]) for b, t in picked]
+    )
+    torch.testing.assert_close(loss, ref.mean())
