@@ -357,10 +357,22 @@ def test_mask_tokens_keeps_the_device():
     assert inputs.device.type == labels.device.type == "meta"
 
 
-def test_encoder_keeps_the_device():
+def test_encoder_keeps_the_device(monkeypatch):
+    """On the meta device the positions are made there too (meta accepts a CPU index, a
+    GPU would not: so the positions' device is recorded)."""
+    made = []
+    real = torch.arange
+
+    def arange(*a, **k):
+        out = real(*a, **k)
+        made.append(out.device.type)
+        return out
+
     model = bert.BertEncoder(SMALL).to("meta")
+    monkeypatch.setattr(torch, "arange", arange)
     h, pooled = model(torch.zeros(2, 5, dtype=torch.long, device="meta"))
     assert h.device.type == pooled.device.type == "meta"
+    assert made and set(made) == {"meta"}
 
 
 def test_linear_probe_standardises_each_feature_and_keeps_the_dtype():
