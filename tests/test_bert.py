@@ -539,3 +539,26 @@ def test_mlm_loss_reads_out_the_selected_positions_only():
         [torch.nn.functional.cross_entropy(logits[b, t], labels[b, t]) for b, t in picked]
     )
     torch.testing.assert_close(loss, ref.mean())
+
+
+def test_linear_probe_trains_one_linear_layer_on_the_features_device(monkeypatch):
+    """The layer is D -> C (C = largest label + 1) on the features' device and dtype: on
+    meta (no data) the accuracy cannot be read, but the parameters handed to AdamW say
+    where and what the layer is."""
+    given = []
+
+    class Recording(torch.optim.AdamW):
+        def __init__(self, params, lr, **kw):
+            params = list(params)
+            given.extend((tuple(p.shape), p.device.type, p.dtype) for p in params)
+            super().__init__(params, lr, **kw)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    x = torch.zeros(12, 5, dtype=torch.float64, device="meta")
+    y = torch.tensor([0, 1, 3] * 4)  # the labels stay on the CPU: their max is read
+    with pytest.raises(RuntimeError, match="meta"):  # .item() on meta: no data to read
+        bert.linear_probe(x, y, x, y, steps=1)
+    w, b = ("meta", torch.float64), ("meta", torch.float64)
+    assert given == [((4, 5), *w), ((4,), *b)]
+    with pytest.raises(ValueError, match=r"^linear_probe: train_x must be \[N, D\] with train_y"):
+        bert.linear_probe(torch.zeros(4, 2), torch.zeros(3), torch.zeros(4, 2), torch.zeros(4))
