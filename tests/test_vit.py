@@ -217,6 +217,10 @@ def test_input_checks():
         vit.PatchEmbedding(0, 4, 2)
     with pytest.raises(ValueError, match="must be positive, got 1, 4, 0"):
         vit.PatchEmbedding(1, 4, 0)
+    with pytest.raises(ValueError, match="must be positive, got 1, 0, 2"):
+        vit.PatchEmbedding(1, 0, 2)
+    with pytest.raises(TypeError, match=r"^ViT: the first argument is a course_lib.config"):
+        vit.ViT({"d_model": 16}, 8, 2, 10)
     with pytest.raises(ValueError, match=r"num_classes \(0\) must be >= 1"):
         vit.ViT(CFG, 8, 2, 0)
     with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\], got \[1, 8, 8\]"):
