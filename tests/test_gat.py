@@ -173,8 +173,16 @@ def test_gat_layer_choice(graph):
 def test_errors(graph):
     x, edges = graph
     layer = gat.GATLayer(F_IN, 4)
-    with pytest.raises(ValueError, match=r"x must be \[N, F_in=5\]"):
+    with pytest.raises(ValueError, match=r"^GATLayer: x must be \[N, F_in=5\]"):
         layer(x[:, :3], edges)
+    with pytest.raises(ValueError, match=r"^GCNLayer: x must be \[N, F_in=5\]"):
+        gat.GCNLayer(F_IN, 3)(x[:, :3], edges)
+    with pytest.raises(ValueError, match=r"^GATv2Layer: x must be \[N, F_in=5\]"):
+        gat.GATv2Layer(F_IN, 3)(x[:, :3], edges)
+    with pytest.raises(ValueError, match=r"^GATv2Layer: edge_index must be \[2, E\]"):
+        gat.GATv2Layer(F_IN, 3)(x, edges.T)
+    with pytest.raises(ValueError, match=r"^GATLayer: edge_index must be \[2, E\]"):
+        layer(x, edges.T)
     with pytest.raises(ValueError, match=r"x must be \[N, F_in=5\]"):
         layer(sparse.SparseFeatures(x[:, :3]), edges)
     with pytest.raises(ValueError, match=r"edge_index must be \[2, E\]"):
