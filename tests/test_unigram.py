@@ -321,3 +321,30 @@ def test_train_unigram_on_a_small_corpus():
     for bad in (0.0, 1.0):
         with pytest.raises(ValueError, match=r"shrinking_factor must be in \(0, 1\)"):
             train_unigram("ab", 10, shrinking_factor=bad)
+
+
+def test_ties_go_to_the_first_segmentation_found_as_in_tokenizers():
+    from tokenizers import models
+
+    tok = U.UnigramTokenizer({"a": -1.0, "b": -1.0, "ab": -2.0, "ba": -2.0})
+    hf = models.Unigram(tok.vocab_with_scores(), unk_id=0, byte_fallback=False)
+    for word, ours in (("ab", ["ab"]), ("aba", ["a", "ba"]), ("bab", ["b", "ab"])):
+        assert tok.tokenize_word(word) == ours == [t.value for t in hf.tokenize(word)]
+    with pytest.raises(ValueError, match="the empty string is not a piece"):
+        U.UnigramTokenizer({"a": -1.0, "": -2.0})
+
+
+def test_train_unigram_defaults_are_sentencepieces(capsys):
+    """SentencePiece's trainer defaults (Kudo & Richardson, 2018; trainer_spec.proto):
+    max_piece_length 16, shrinking_factor 0.75, num_sub_iterations (EM rounds) 2."""
+    text = "the cat sat on the mat; the cat ate the rat " * 3 + "a bat and a hat"
+    explicit = train_unigram(text, 25, em_iterations=2, shrinking_factor=0.75)
+    assert train_unigram(text, 25).scores == explicit.scores
+    assert train_unigram(text, 25, em_iterations=3).scores != explicit.scores  # it matters
+    long_words = "abcdefghijklmnopqrstu " * 5 + "abc"
+    assert max(map(len, train_unigram(long_words, 60).scores)) == 16
+    assert max(map(len, train_unigram(long_words, 60, max_piece_length=17).scores)) == 17
+    assert capsys.readouterr().err == ""  # no progress bar unless asked
+    tok = train_unigram("ab ab", 10, progress=True, unk_token="[?]")
+    assert "Unigram EM + pruning" in capsys.readouterr().err
+    assert tok.vocab["[?]"] == 0 and U.UnigramTokenizer({"a": -1.0}).unk_token == "<unk>"
