@@ -345,3 +345,8 @@ def test_wordpiece_options():
     assert wordpiece_tokenize("abcc", vocab, prefix="@@", max_chars=3) == ["[UNK]"]
     assert wordpiece_tokenize("", vocab) == []
     assert wordpiece_tokenize("c", vocab) == ["c"]
+    assert wordpiece_tokenize("ac", vocab, prefix="@@") == ["a", "@@c"]  # inside: prefixed
+    # BERT's max_input_chars_per_word is 100: a longer word is [UNK] whole
+    letters = {"a", "##a"}
+    assert wordpiece_tokenize("a" * 100, letters) == ["a"] + ["##a"] * 99
+    assert wordpiece_tokenize("a" * 101, letters) == ["[UNK]"]
