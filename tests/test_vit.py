@@ -298,3 +298,10 @@ def test_init_dropout_and_a_permutation_of_a_non_square_image():
     perm = torch.randperm(6)
     shuffled = vit.permute_patches(images, perm, 4)
     assert torch.equal(vit.patchify(shuffled, 4), vit.patchify(images, 4)[:, perm])
+
+
+def test_rollout_stays_on_the_weights_device():
+    """On the meta device (no data): the identity is made there too."""
+    weights = torch.rand(2, 1, 2, 5, 5, device="meta")
+    assert vit.attention_rollout(weights).device.type == "meta"
+    assert vit.cls_attention_map(torch.rand(2, 1, 2, 5, 5, device="meta"), 2).device.type == "meta"
