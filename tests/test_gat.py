@@ -415,3 +415,14 @@ def test_segment_softmax_keeps_the_device():
     """On the meta device (no data): what is made inside follows the scores' device."""
     index = torch.tensor([1, 2], device="meta")
     assert gat.segment_softmax(torch.zeros(2, 1, device="meta"), index, 3).device.type == "meta"
+
+
+def test_dense_self_loops_on_the_adjacency_device():
+    """The identity added to a dense adjacency is made on its device (meta: no data)."""
+    adj = torch.zeros(3, 3, dtype=torch.bool, device="meta")
+    for cls in (gat.GATLayer, gat.GATv2Layer):
+        assert cls(2, 2)._adjacency_used(adj, 3).device.type == "meta"
+    looped = gat.GATLayer(2, 2)._adjacency_used(torch.zeros(3, 3, dtype=torch.bool), 3)
+    assert torch.equal(looped, torch.eye(3, dtype=torch.bool))
+    kept = gat.GATLayer(2, 2, add_self_loops=False)._adjacency_used(torch.zeros(3, 3).bool(), 3)
+    assert not kept.any()
