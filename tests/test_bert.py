@@ -348,12 +348,8 @@ def test_mask_tokens_keeps_the_device():
     import torch.fx.experimental._config as fx_config
 
     ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
-    old = fx_config.meta_nonzero_assume_all_nonzero
-    fx_config.meta_nonzero_assume_all_nonzero = True  # boolean indexing on meta
-    try:
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # boolean indexing on meta
         inputs, labels = bert.mask_tokens(ids, vocab_size=10, mask_id=3, special_ids=(0,))
-    finally:
-        fx_config.meta_nonzero_assume_all_nonzero = old
     assert inputs.device.type == labels.device.type == "meta"
 
 
@@ -511,9 +507,9 @@ def test_mask_tokens_draws_on_the_device_of_ids(monkeypatch):
             return out
 
         monkeypatch.setattr(torch, name, wrapped)
-    monkeypatch.setattr(fx_config, "meta_nonzero_assume_all_nonzero", True)
     ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
-    bert.mask_tokens(ids, vocab_size=10, mask_id=3, special_ids=(0,))
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # boolean indexing on meta
+        bert.mask_tokens(ids, vocab_size=10, mask_id=3, special_ids=(0,))
     assert made == ["meta"] * 4  # u, the special ids, r, the random ids
 
 
