@@ -164,12 +164,6 @@ def test_errors():
         ValueError, match=r"^PatchEmbedding: images must be \[B, C=1, height, width\]"
     ):
         model(torch.rand(2, 3, 8, 8))
-    with pytest.raises(
-        ValueError, match=r"^PatchEmbedding: images must be \[B, C=1, height, width\]"
-    ):
-        model.patch_embed.forward_linear(torch.rand(2, 3, 8, 8))
-    with pytest.raises(ValueError, match=r"^PatchEmbedding: image size 8x6 is not a multiple"):
-        vit.PatchEmbedding(1, 4, 4).forward_linear(torch.rand(2, 1, 8, 6))
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         vit.patchify(torch.rand(1, 1, 7, 8), 2)
     with pytest.raises(ValueError, match="multiple of patch_size"):
@@ -232,7 +226,7 @@ def test_input_checks():
     for bad in (-0.1, 1.1):
         with pytest.raises(ValueError, match=r"residual must be in \[0, 1\]"):
             vit.attention_rollout(torch.rand(1, 2, 3, 5, 5), residual=bad)
-    with pytest.raises(ValueError, match=r"T=17, T\], got \[1, 2, 3, 10, 10\]"):
+    with pytest.raises(ValueError, match=r"T=17, T=17\], got \[1, 2, 3, 10, 10\]"):
         vit.cls_attention_map(torch.rand(1, 2, 3, 10, 10), 4)
     with pytest.raises(ValueError, match=r"got \[1, 2, 3, 17\]"):
         vit.cls_attention_map(torch.rand(1, 2, 3, 17), 4)
@@ -305,3 +299,30 @@ def test_rollout_stays_on_the_weights_device():
     weights = torch.rand(2, 1, 2, 5, 5, device="meta")
     assert vit.attention_rollout(weights).device.type == "meta"
     assert vit.cls_attention_map(torch.rand(2, 1, 2, 5, 5, device="meta"), 2).device.type == "meta"
+
+
+def test_error_messages_name_the_function():
+    embed = vit.PatchEmbedding(1, 4, 4)
+    with pytest.raises(
+        ValueError, match=r"^PatchEmbedding: images must be \[B, C=1, height, width\]"
+    ):
+        embed.forward_linear(torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match=r"^PatchEmbedding: image size 8x6 is not a multiple"):
+        embed.forward_linear(torch.rand(2, 1, 8, 6))
+    with pytest.raises(
+        ValueError, match=r"^permute_patches: images must be \[B, C, height, width\]"
+    ):
+        vit.permute_patches(torch.rand(4, 4), torch.arange(4), 2)
+    with pytest.raises(
+        ValueError, match=r"^cls_attention_map: .*T=5, T=5\], got \[1, 2, 3, 4, 5\]"
+    ):
+        vit.cls_attention_map(torch.rand(1, 2, 3, 4, 5), 2, rollout=False)
+
+
+def test_cls_attention_map_of_the_last_layer():
+    """rollout=False: the CLS row of the last of three layers, averaged over the heads."""
+    torch.manual_seed(6)
+    w = torch.rand(3, 2, 4, 5, 5, dtype=torch.float64).softmax(-1)
+    row = w[2, :, :, 0, 1:].mean(1)  # [B, N_p]: layer 3, heads averaged, CLS row, patches
+    expected = (row / row.sum(-1, keepdim=True)).reshape(2, 2, 2)
+    torch.testing.assert_close(vit.cls_attention_map(w, 2, rollout=False), expected)
