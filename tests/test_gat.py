@@ -175,14 +175,6 @@ def test_errors(graph):
     layer = gat.GATLayer(F_IN, 4)
     with pytest.raises(ValueError, match=r"^GATLayer: x must be \[N, F_in=5\]"):
         layer(x[:, :3], edges)
-    with pytest.raises(ValueError, match=r"^GCNLayer: x must be \[N, F_in=5\]"):
-        gat.GCNLayer(F_IN, 3)(x[:, :3], edges)
-    with pytest.raises(ValueError, match=r"^GATv2Layer: x must be \[N, F_in=5\]"):
-        gat.GATv2Layer(F_IN, 3)(x[:, :3], edges)
-    with pytest.raises(ValueError, match=r"^GATv2Layer: edge_index must be \[2, E\]"):
-        gat.GATv2Layer(F_IN, 3)(x, edges.T)
-    with pytest.raises(ValueError, match=r"^GATLayer: edge_index must be \[2, E\]"):
-        layer(x, edges.T)
     with pytest.raises(ValueError, match=r"x must be \[N, F_in=5\]"):
         layer(sparse.SparseFeatures(x[:, :3]), edges)
     with pytest.raises(ValueError, match=r"edge_index must be \[2, E\]"):
@@ -426,3 +418,25 @@ def test_dense_self_loops_on_the_adjacency_device():
     assert torch.equal(looped, torch.eye(3, dtype=torch.bool))
     kept = gat.GATLayer(2, 2, add_self_loops=False)._adjacency_used(torch.zeros(3, 3).bool(), 3)
     assert not kept.any()
+
+
+def test_error_messages_name_the_layer(graph):
+    x, edges = graph
+    with pytest.raises(ValueError, match=r"^GCNLayer: x must be \[N, F_in=5\]"):
+        gat.GCNLayer(F_IN, 3)(x[:, :3], edges)
+    with pytest.raises(ValueError, match=r"^GATv2Layer: x must be \[N, F_in=5\]"):
+        gat.GATv2Layer(F_IN, 3)(x[:, :3], edges)
+    with pytest.raises(ValueError, match=r"^GATv2Layer: edge_index must be \[2, E\]"):
+        gat.GATv2Layer(F_IN, 3)(x, edges.T)
+    with pytest.raises(ValueError, match=r"^GATLayer: edge_index must be \[2, E\]"):
+        gat.GATLayer(F_IN, 3)(x, edges.T)
+    with pytest.raises(ValueError, match=r"^GATv2Layer: adj must be a bool"):
+        gat.GATv2Layer(F_IN, 3).forward_dense(x, torch.ones(N, N))
+    with pytest.raises(ValueError, match=r"^add_self_loops: edge_index"):
+        gat.add_self_loops(edges.T, N)
+    with pytest.raises(ValueError, match=r"^to_dense_adjacency: edge_index"):
+        gat.to_dense_adjacency(edges.T, N)
+    with pytest.raises(ValueError, match=r"^coalesce: edge_index"):
+        gat.coalesce(edges.T, N)
+    with pytest.raises(ValueError, match=r"^GATLayer: x must be"):
+        gat.GATLayer(F_IN, 3).forward_dense(x[:, :2], gat.to_dense_adjacency(edges, N))
