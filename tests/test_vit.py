@@ -326,3 +326,9 @@ def test_cls_attention_map_of_the_last_layer():
     row = w[2, :, :, 0, 1:].mean(1)  # [B, N_p]: layer 3, heads averaged, CLS row, patches
     expected = (row / row.sum(-1, keepdim=True)).reshape(2, 2, 2)
     torch.testing.assert_close(vit.cls_attention_map(w, 2, rollout=False), expected)
+
+
+def test_rollout_of_no_layer_is_the_identity():
+    """Zero layers: nothing mixes the tokens, each flows from itself only, per image."""
+    weights = torch.rand(0, 3, 2, 5, 5)
+    torch.testing.assert_close(vit.attention_rollout(weights), torch.eye(5).expand(3, 5, 5))
