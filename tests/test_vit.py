@@ -332,3 +332,21 @@ def test_rollout_of_no_layer_is_the_identity():
     """Zero layers: nothing mixes the tokens, each flows from itself only, per image."""
     weights = torch.rand(0, 3, 2, 5, 5)
     torch.testing.assert_close(vit.attention_rollout(weights), torch.eye(5).expand(3, 5, 5))
+
+
+def test_logits_match_vit_for_image_classification(pair):
+    """The class scores read the CLS token, as ViTForImageClassification's classifier does."""
+    from transformers import ViTForImageClassification
+
+    model, hf = pair
+    config = hf.config.__class__.from_dict(hf.config.to_dict() | {"num_labels": 10})
+    clf = ViTForImageClassification(config).double().eval()
+    clf.vit.load_state_dict(hf.state_dict())
+    with torch.no_grad():
+        clf.classifier.weight.copy_(torch.randn_like(clf.classifier.weight))
+        clf.classifier.bias.copy_(torch.randn_like(clf.classifier.bias))
+        model.head.weight.copy_(clf.classifier.weight)
+        model.head.bias.copy_(clf.classifier.bias)
+        images = torch.rand(3, 1, IMG, IMG, dtype=torch.float64)
+        ref = clf(pixel_values=images).logits
+        torch.testing.assert_close(model(images), ref, atol=1e-10, rtol=0)
