@@ -350,3 +350,13 @@ def test_wordpiece_options():
     letters = {"a", "##a"}
     assert wordpiece_tokenize("a" * 100, letters) == ["a"] + ["##a"] * 99
     assert wordpiece_tokenize("a" * 101, letters) == ["[UNK]"]
+
+
+def test_truncation_keeps_the_unknown_token_and_wordpiece_takes_any_iterable():
+    tok = train_bpe({"abab": 3, "ab": 2}, 10, unk_token="<u>")
+    small = tok.truncated(4)
+    assert small.unk_token == "<u>" and small.tokenize_word("abx") == ["ab", "<u>"]
+    assert small.encode("abx") == [3, 0]
+    # a vocabulary given as a one-shot iterator (a generator) is read once, into a set
+    pieces = (p for p in ["ab", "##c", "a"])
+    assert wordpiece_tokenize("abc", pieces) == ["ab", "##c"]
