@@ -360,3 +360,24 @@ def test_truncation_keeps_the_unknown_token_and_wordpiece_takes_any_iterable():
     # a vocabulary given as a one-shot iterator (a generator) is read once, into a set
     pieces = (p for p in ["ab", "##c", "a"])
     assert wordpiece_tokenize("abc", pieces) == ["ab", "##c"]
+
+
+def test_word_characters_from_a_fresh_pattern():
+    """word_pattern() is built once per process (functools.cache); build it again here
+    from Unicode's tables, so that this test reads every character class afresh:
+    letters and marks, decimal digits, letter numbers, connector punctuation, the
+    joiners, the circled and squared letters at both ends of their ranges."""
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from course_lib import tokenization
+
+    text = (
+        "a\u0301b ٣٤x Ⅻy snake_case a\u200db\u200cc Ⓐⓩ🄰🅉🅐🅩🅰🆉 ½ x² ① «q» \x1c\x1f\u00a0\u2028\u3000z"
+    )
+    tokenization.word_pattern.cache_clear()
+    try:
+        ours = pre_tokenize(text)
+    finally:
+        tokenization.word_pattern.cache_clear()
+    assert ours == [w for w, _ in Whitespace().pre_tokenize_str(text)]
+    assert tokenization._is_word_character(ord("_")) and not tokenization._is_word_character(0x24B5)
