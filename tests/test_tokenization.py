@@ -10,7 +10,9 @@ vocabulary.
 from __future__ import annotations
 
 import json
+import signal
 from collections import Counter
+from contextlib import contextmanager
 from functools import cache
 
 import pytest
@@ -381,3 +383,32 @@ def test_word_characters_from_a_fresh_pattern():
         tokenization.word_pattern.cache_clear()
     assert ours == [w for w, _ in Whitespace().pre_tokenize_str(text)]
     assert tokenization._is_word_character(ord("_")) and not tokenization._is_word_character(0x24B5)
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock):
+    the loops below must end on these tiny inputs in microseconds."""
+
+    def fail(*_):
+        raise TimeoutError(f"over {seconds} s on a tiny input: a loop that does not end")
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_loops_end_on_tiny_inputs():
+    with _deadline(5):
+        assert merge_pair(["a", "b", "a", "b", "c"], ("a", "b"), "ab") == ["ab", "ab", "c"]
+        assert merge_pair(["c", "a", "b"], ("a", "b"), "ab") == ["c", "ab"]
+        assert merge_pair([], ("a", "b"), "ab") == []
+        assert wordpiece_tokenize("abc", {"a", "##b", "##c"}) == ["a", "##b", "##c"]
+        assert wordpiece_tokenize("abd", {"a", "##b"}) == ["[UNK]"]
+        tok = BPETokenizer({"[UNK]": 0, "a": 1, "b": 2, "ab": 3}, [("a", "b")])
+        assert tok.tokenize_word("abab") == ["ab", "ab"] and tok.tokenize_word("ba") == ["b", "a"]
+        assert train_bpe({"abab": 2}, 10).merges == [("a", "b"), ("ab", "ab")]

@@ -8,7 +8,9 @@ trainer must learn a vocabulary close to its ``UnigramTrainer``'s.
 from __future__ import annotations
 
 import json
+import signal
 from collections import Counter
+from contextlib import contextmanager
 from functools import cache
 
 import pytest
@@ -348,3 +350,27 @@ def test_train_unigram_defaults_are_sentencepieces(capsys):
     tok = train_unigram("ab ab", 10, progress=True, unk_token="[?]")
     assert "Unigram EM + pruning" in capsys.readouterr().err
     assert tok.vocab["[?]"] == 0 and U.UnigramTokenizer({"a": -1.0}).unk_token == "<unk>"
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock)."""
+
+    def fail(*_):
+        raise TimeoutError(f"over {seconds} s on a tiny input: a loop that does not end")
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_loops_end_on_tiny_inputs():
+    with _deadline(5):
+        assert U._viterbi("ab", {"a": -1.0, "b": -1.0}, 1, -20.0) == (["a", "b"], -2.0)
+        assert U._viterbi("", {"a": -1.0}, 1, -20.0) == ([], 0.0)
+        tok = train_unigram("ab ab ba", 6)
+        assert len(tok) <= 6 and {"▁", "a", "b"} <= set(tok.scores)
