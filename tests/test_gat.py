@@ -440,3 +440,12 @@ def test_error_messages_name_the_layer(graph):
         gat.coalesce(edges.T, N)
     with pytest.raises(ValueError, match=r"^GATLayer: x must be"):
         gat.GATLayer(F_IN, 3).forward_dense(x[:, :2], gat.to_dense_adjacency(edges, N))
+
+
+def test_dense_form_takes_sparse_features(graph):
+    x, edges = graph
+    model = gat.GAT(F_IN, 3, hidden=2, heads=2).eval()
+    adj = gat.to_dense_adjacency(edges, N)
+    ref = model(x, edges)
+    for form in (x.to_sparse(), x.to_sparse_csr(), sparse.SparseFeatures(x)):
+        torch.testing.assert_close(model(form, adj, dense=True), ref, atol=1e-5, rtol=0)
