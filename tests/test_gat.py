@@ -449,3 +449,39 @@ def test_dense_form_takes_sparse_features(graph):
     ref = model(x, edges)
     for form in (x.to_sparse(), x.to_sparse_csr(), sparse.SparseFeatures(x)):
         torch.testing.assert_close(model(form, adj, dense=True), ref, atol=1e-5, rtol=0)
+
+
+def test_where_the_models_drop(graph, monkeypatch):
+    """Dropout on the inputs and on the hidden features (and, in GAT, on both layers'
+    attention weights), in training mode only: the documented order of each model."""
+    x, edges = graph
+    calls = []
+    real = sparse.dropout
+
+    def recording(t, p, training=True):
+        calls.append((tuple(t.shape), p, training))
+        return real(t, p, training)
+
+    monkeypatch.setattr(gat.sparse, "dropout", recording)
+    e = edges.shape[1] - 1 + N  # the self-loop 3 -> 3 replaced, one loop per node added
+    for model, expected in (
+        (gat.MLP(F_IN, 6, 3, dropout=0.3), [((N, F_IN), 0.3), ((N, 6), 0.3)]),
+        (gat.GCN(F_IN, 6, 3, dropout=0.3), [((N, F_IN), 0.3), ((N, 6), 0.3)]),
+        (
+            gat.GAT(F_IN, 3, hidden=2, heads=4, dropout=0.3),
+            [((N, F_IN), 0.3), ((e, 4), 0.3), ((N, 8), 0.3), ((e, 1), 0.3)],
+        ),
+    ):
+        for training in (True, False):
+            calls.clear()
+            model.train(training)
+            model(x, edges)
+            assert calls == [(*c, training) for c in expected], type(model).__name__
+    calls.clear()
+    model.train()(x, gat.to_dense_adjacency(edges, N), dense=True)
+    assert calls == [
+        ((N, F_IN), 0.3, True),
+        ((4, N, N), 0.3, True),
+        ((N, 8), 0.3, True),
+        ((1, N, N), 0.3, True),
+    ]
