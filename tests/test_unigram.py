@@ -374,3 +374,11 @@ def test_loops_end_on_tiny_inputs():
         assert U._viterbi("", {"a": -1.0}, 1, -20.0) == ([], 0.0)
         tok = train_unigram("ab ab ba", 6)
         assert len(tok) <= 6 and {"▁", "a", "b"} <= set(tok.scores)
+
+
+def test_train_unigram_smallest_vocabulary_and_default_unk_token():
+    """Two tokens: the unknown token and the one character of the words given as counts."""
+    tok = train_unigram({"aa": 3}, 2)
+    assert tok.vocab == {"<unk>": 0, "a": 1} and tok.tokenize_word("ab") == ["a", "<unk>"]
+    with pytest.raises(ValueError, match="vocab_size must be >= 2, got 1"):
+        train_unigram({"aa": 3}, 1)
