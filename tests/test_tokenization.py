@@ -10,6 +10,7 @@ vocabulary.
 from __future__ import annotations
 
 import json
+import re
 import signal
 from collections import Counter
 from contextlib import contextmanager
@@ -412,3 +413,8 @@ def test_loops_end_on_tiny_inputs():
         tok = BPETokenizer({"[UNK]": 0, "a": 1, "b": 2, "ab": 3}, [("a", "b")])
         assert tok.tokenize_word("abab") == ["ab", "ab"] and tok.tokenize_word("ba") == ["b", "a"]
         assert train_bpe({"abab": 2}, 10).merges == [("a", "b"), ("ab", "ab")]
+
+
+def test_bpe_progress_bar_counts_the_merges(capsys):
+    train_bpe({"abab": 3, "ab": 2}, 5, progress=True)
+    assert re.search(r"\rBPE merges: 100%.*\| 2/2 ", capsys.readouterr().err)

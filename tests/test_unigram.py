@@ -382,3 +382,14 @@ def test_train_unigram_smallest_vocabulary_and_default_unk_token():
     assert tok.vocab == {"<unk>": 0, "a": 1} and tok.tokenize_word("ab") == ["a", "<unk>"]
     with pytest.raises(ValueError, match="vocab_size must be >= 2, got 1"):
         train_unigram({"aa": 3}, 1)
+
+
+def test_train_unigram_seed_size_progress_and_messages(capsys):
+    text = "the cat sat on the mat; the cat ate the rat " * 3
+    chars = {c for w in metaspace_pre_tokenize(text) for c in w}
+    assert set(train_unigram(text, 30, seed_size=0).scores) == chars  # no longer piece seeded
+    assert set(train_unigram(text, 30, seed_size=5).scores) != chars
+    train_unigram("ab ab", 10, progress=True)  # two EM rounds, no pruning needed
+    assert "\rUnigram EM + pruning: 2it " in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"every character plus '\[\?\]'"):
+        train_unigram("abcdef abcdef", 4, unk_token="[?]")
