@@ -393,3 +393,11 @@ def test_train_unigram_seed_size_progress_and_messages(capsys):
     assert "\rUnigram EM + pruning: 2it " in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"every character plus '\[\?\]'"):
         train_unigram("abcdef abcdef", 4, unk_token="[?]")
+
+
+def test_prune_counts_every_use_of_a_piece():
+    """'ab' is used 3 times ("ab" once, "abab" twice), 'cd' twice ("cd" x 2); both lose 3
+    nats per use without themselves: losses 9 and 6, so 'ab' is the one kept."""
+    scores = {"ab": -1.0, "cd": -1.0, "a": -2.0, "b": -2.0, "c": -2.0, "d": -2.0}
+    pruned = U._prune({"ab": 1, "abab": 1, "cd": 2}, scores, 4, 5, 0.1, 2)
+    assert set(pruned) == {"a", "b", "c", "d", "ab"}
