@@ -418,3 +418,10 @@ def test_loops_end_on_tiny_inputs():
 def test_bpe_progress_bar_counts_the_merges(capsys):
     train_bpe({"abab": 3, "ab": 2}, 5, progress=True)
     assert re.search(r"\rBPE merges: 100%.*\| 2/2 ", capsys.readouterr().err)
+
+
+def test_wordpiece_never_matches_an_empty_piece():
+    """A vocabulary holding the bare prefix ("##") or "": an empty rest of the word is no
+    piece, so "b" cannot be matched and the word is [UNK] (and the loop ends)."""
+    with _deadline(5):
+        assert wordpiece_tokenize("ab", {"a", "##", ""}) == ["[UNK]"]
