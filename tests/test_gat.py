@@ -485,3 +485,17 @@ def test_where_the_models_drop(graph, monkeypatch):
         ((N, 8), 0.3, True),
         ((1, N, N), 0.3, True),
     ]
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [(gat.GATLayer, GATConv), (gat.GATv2Layer, GATv2Conv)],
+)
+def test_layer_defaults_are_pygs(ours, theirs):
+    """Left at their defaults, our layers are PyG's: one head, concatenated, LeakyReLU
+    slope 0.2, no dropout, self-loops added, a bias."""
+    mine, ref = ours(5, 4), theirs(5, 4)
+    for name in ("heads", "concat", "negative_slope", "dropout", "add_self_loops"):
+        assert getattr(mine, name) == getattr(ref, name), name
+    assert mine.bias.shape == ref.bias.shape
+    assert (gat.GCNLayer(5, 4).bias is None) == (GCNConv(5, 4).bias is None)
