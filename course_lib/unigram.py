@@ -118,6 +118,8 @@ class UnigramTokenizer:
     def __post_init__(self) -> None:
         if not self.scores:
             raise ValueError("UnigramTokenizer: scores is empty; give at least one piece")
+        if not all(math.isfinite(s) for s in self.scores.values()):
+            raise ValueError("UnigramTokenizer: every score must be a finite log-probability")
         if "" in self.scores:
             raise ValueError("UnigramTokenizer: the empty string is not a piece; remove it")
         if self.unk_token in self.scores:

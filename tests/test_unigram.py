@@ -401,3 +401,10 @@ def test_prune_counts_every_use_of_a_piece():
     scores = {"ab": -1.0, "cd": -1.0, "a": -2.0, "b": -2.0, "c": -2.0, "d": -2.0}
     pruned = U._prune({"ab": 1, "abab": 1, "cd": 2}, scores, 4, 5, 0.1, 2)
     assert set(pruned) == {"a", "b", "c", "d", "ab"}
+
+
+def test_normalise_breaks_ties_alphabetically_and_scores_must_be_finite():
+    assert list(U._normalise({"c": 1.0, "a": 3.0, "b": 1.0})) == ["a", "b", "c"]
+    for bad in (-math.inf, math.nan):
+        with pytest.raises(ValueError, match="every score must be a finite log-probability"):
+            U.UnigramTokenizer({"a": -1.0, "b": bad})
