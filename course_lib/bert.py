@@ -308,14 +308,16 @@ def mask_tokens(
         raise ValueError(f"mask_tokens: prob must be in [0, 1], got {prob}")
     dev = ids.device
     u = torch.rand(ids.shape, generator=generator, device=dev)
-    special = torch.isin(ids, torch.tensor(list(special_ids), dtype=ids.dtype, device=dev))
+    special = torch.isin(ids, torch.tensor(list(special_ids), device=dev))  # compares values
     selected = (u < prob) & ~special
     labels = torch.where(selected, ids, torch.full_like(ids, -100))
     r = torch.rand(ids.shape, generator=generator, device=dev)
     inputs = ids.clone()
     inputs[selected & (r < 0.8)] = mask_id
     swap = selected & (r >= 0.8) & (r < 0.9)
-    random_ids = torch.randint(vocab_size, ids.shape, generator=generator, device=dev)
+    random_ids = torch.randint(
+        vocab_size, ids.shape, generator=generator, device=dev, dtype=ids.dtype
+    )
     inputs[swap] = random_ids[swap]
     return inputs, labels
 

@@ -459,9 +459,7 @@ class GAT(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, dense: bool = False) -> Tensor:
         x = sparse.dropout(x, self.dropout, self.training)
-        if dense:
-            if isinstance(x, sparse.SparseFeatures) or x.layout != torch.strided:
-                x = x.to_dense()
+        if dense:  # the dense form's first product takes sparse features too
             x = F.elu(self.conv1.forward_dense(x, edge_index))
             x = sparse.dropout(x, self.dropout, self.training)
             return self.conv2.forward_dense(x, edge_index)

@@ -118,6 +118,10 @@ class UnigramTokenizer:
     def __post_init__(self) -> None:
         if not self.scores:
             raise ValueError("UnigramTokenizer: scores is empty; give at least one piece")
+        if not all(math.isfinite(s) for s in self.scores.values()):
+            raise ValueError("UnigramTokenizer: every score must be a finite log-probability")
+        if "" in self.scores:
+            raise ValueError("UnigramTokenizer: the empty string is not a piece; remove it")
         if self.unk_token in self.scores:
             raise ValueError(
                 f"UnigramTokenizer: {self.unk_token!r} is a special token, not a piece"
@@ -265,8 +269,9 @@ def _em_round(
 ) -> dict[str, float]:
     """Step 2, one EM round: expected uses of each piece (E), then ``log p`` (M)."""
     expected, _ = _expected_counts(counts, scores, max_piece_length)
-    # a piece no segmentation uses drops out; characters always stay
-    kept = {p: e for p, e in expected.items() if e > 0 or len(p) == 1}
+    # a piece no segmentation uses drops out; characters always stay, with at least a
+    # tiny share (an unused character's expected count can underflow to 0: log 0)
+    kept = {p: e for p, e in expected.items() if e > 0}
     return _normalise({**{c: 1e-9 for c in chars}, **kept})
 
 
@@ -328,7 +333,9 @@ def train_unigram(
        the best segmentation of the piece without it (other scores fixed); keep
        the ``shrinking_factor`` share with the largest loss (characters
        always stay, so every word stays segmentable).  Back to 2 until the
-       vocabulary (``unk_token`` included) has ``vocab_size`` tokens.
+       vocabulary (``unk_token`` included) has ``vocab_size`` tokens (or a
+       few fewer: the EM rounds after the last pruning drop any piece that no
+       segmentation uses any more).
 
     SentencePiece adds a Bayesian (digamma) M-step and a finer loss; the
     skeleton, EM then prune, is the same.

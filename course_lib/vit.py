@@ -239,9 +239,10 @@ def cls_attention_map(weights: Tensor, grid: int, *, rollout: bool = True) -> Te
     layer, averaged over heads.  The CLS column is dropped and the ``N_p``
     patch entries are rescaled to sum to 1.  Returns ``[B, grid, grid]``.
     """
-    if weights.dim() != 5 or weights.shape[-1] != grid * grid + 1:
+    t = grid * grid + 1
+    if weights.dim() != 5 or weights.shape[-2:] != (t, t):
         raise ValueError(
-            f"cls_attention_map: weights must be [num_layers, B, h, T={grid * grid + 1}, T], "
+            f"cls_attention_map: weights must be [num_layers, B, h, T={t}, T={t}], "
             f"got {fmt_shape(weights.shape)}"
         )
     rows = attention_rollout(weights)[:, 0] if rollout else weights[-1].mean(dim=1)[:, 0]

@@ -10,7 +10,10 @@ vocabulary.
 from __future__ import annotations
 
 import json
+import re
+import signal
 from collections import Counter
+from contextlib import contextmanager
 from functools import cache
 
 import pytest
@@ -228,7 +231,8 @@ def _assigned(c: str) -> bool:
 @pytest.mark.parametrize(
     "text",
     ["½ x² ¾", "①②③ ⑴", "cafe\u0301 nai\u0308ve", "a\u200db\u200cc", "Ⓐⓑ 🄰", "x\u00a0y\u2028z",
-     "\x1c\x1fa", "٣٤ ४२", "Ⅻ ⅻ", "snake_case", "«quoted» — dash"],
+     "\x1c\x1fa", "٣٤ ४२", "Ⅻ ⅻ", "snake_case", "«quoted» — dash",
+     "ⓩ🅉 🅐🅩 🅰🆉 x🄰y x\u24b5y"],
 )  # fmt: skip
 def test_pre_tokenize_splits_unicode_as_tokenizers(text):
     """Cases where Python's \\w and \\s disagree with Unicode's (and tokenizers')."""
@@ -258,3 +262,166 @@ def test_pre_tokenize_matches_tokenizers_on_arbitrary_text():
 def test_pre_tokenize_rejects_non_text():
     with pytest.raises(TypeError, match="takes a str"):
         pre_tokenize(b"bytes")
+
+
+# ---------------------------------------------------------------------------
+# gaps found by mutation testing (mutmut)
+# ---------------------------------------------------------------------------
+
+
+def test_word_counts_of_several_texts():
+    assert word_counts(["to be, or", "to be"]) == Counter({"to": 2, "be": 2, ",": 1, "or": 1})
+    assert word_counts("a a") == Counter({"a": 2})
+
+
+def test_small_bpe_by_hand():
+    """'low lower lowest' x counts: the merges and ids worked out by hand (Sennrich's example)."""
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    tok = train_bpe(counts, 15, unk_token="<u>")
+    # characters in code-point order after <u>: d e i l n o r s t w -> ids 1..10
+    assert list(tok.vocab)[:11] == ["<u>", "d", "e", "i", "l", "n", "o", "r", "s", "t", "w"]
+    # pair counts: (e,s) 9, (s,t) 9, (l,o) 7, (o,w) 7, ... ties by smaller ids: (e,s) first
+    assert tok.merges[:4] == [("e", "s"), ("es", "t"), ("l", "o"), ("lo", "w")]
+    assert tok.vocab["es"] == 11 and tok.vocab["low"] == 14 and len(tok) == 15
+    assert tok.tokenize_word("lowest") == ["low", "est"]
+    assert tok.tokenize_word("lowest") == ["low", "est"]  # from the cache
+    assert tok.tokenize_word("x") == ["<u>"] and tok.tokenize_word("") == []
+    assert tok.encode("lowest  low") == [14, tok.vocab["est"], 14]
+    assert tok.decode(torch.tensor([14, tok.vocab["est"]])) == "low est"  # no prefix: spaces
+    # min_frequency: a pair seen fewer times is never merged
+    assert train_bpe(counts, 100, min_frequency=7).merges == [
+        ("e", "s"), ("es", "t"), ("l", "o"), ("lo", "w")
+    ]  # fmt: skip
+    assert train_bpe(counts, 100, min_frequency=10).merges == []
+    assert train_bpe({"ab": 1, "": 5}, 100, min_frequency=1).merges == [("a", "b")]
+    # a pair seen once appears after a merge: with min_frequency=1 it is merged too
+    assert train_bpe({"abc": 1}, 100, min_frequency=1).merges == [("a", "b"), ("ab", "c")]
+    # vocab_size counts the special token and the characters: nothing to merge
+    assert train_bpe(counts, 5).merges == [] and len(train_bpe(counts, 5)) == 11
+
+
+def test_bpe_errors_and_truncation_bounds():
+    tok = train_bpe({"abab": 3, "ab": 2}, 10)
+    assert tok.truncated(len(tok)).merges == tok.merges
+    one = tok.truncated(1)
+    assert one.vocab == {"[UNK]": 0} and one.merges == []
+    assert tok.truncated(3).merges == [] and tok.truncated(4).merges == [("a", "b")]
+    for bad in (0, len(tok) + 1):
+        with pytest.raises(ValueError, match=rf"vocab_size must be in 1..{len(tok)}, got {bad}"):
+            tok.truncated(bad)
+    with pytest.raises(ValueError, match="vocab_size must be >= 1, got 0"):
+        train_bpe("ab", 0)
+    with pytest.raises(ValueError, match="min_frequency must be >= 1, got 0"):
+        train_bpe("ab", 10, min_frequency=0)
+    assert len(train_bpe("ab ab", 1)) == 3  # the alphabet always enters the vocabulary
+
+
+def test_bpe_with_a_prefix_by_hand():
+    tok = train_bpe({"abab": 3, "ba": 1}, 20, continuing_subword_prefix="##")
+    # ids: [UNK], the characters (a, b), then the prefixed ones met inside words (##a, ##b)
+    assert list(tok.vocab)[:5] == ["[UNK]", "a", "b", "##a", "##b"]
+    assert tok.merges[0] == ("a", "##b") and tok.vocab["ab"] == 5
+    assert tok.tokenize_word("abab") == ["abab"] and tok.tokenize_word("ba") == ["b", "##a"]
+    assert tok.decode([5, 3, 1]) == "aba a"  # "##a" continues the word, "a" starts one
+    small = tok.truncated(6)
+    assert small.merges == [("a", "##b")] and small.continuing_subword_prefix == "##"
+    assert small.tokenize_word("abab") == ["ab", "##a", "##b"]
+
+
+def test_bpe_progress_bar(capsys):
+    train_bpe({"abab": 3, "ab": 2}, 5, progress=True)
+    err = capsys.readouterr().err
+    assert "BPE merges" in err and "2/2" in err  # 3 tokens at the start, 2 merges to go
+    train_bpe({"abab": 3}, 5)
+    assert capsys.readouterr().err == ""
+    train_bpe({"abab": 3}, 2, progress=True)  # the vocabulary is full from the start
+    assert "BPE merges: 0it" in capsys.readouterr().err  # no total: tqdm counts up from 0
+
+
+def test_wordpiece_options():
+    vocab = {"ab": 0, "@@c": 1, "c": 2, "a": 3}
+    assert wordpiece_tokenize("abc", vocab, prefix="@@") == ["ab", "@@c"]
+    assert wordpiece_tokenize("abc", list(vocab), prefix="@@") == ["ab", "@@c"]
+    assert wordpiece_tokenize("abc", vocab) == ["[UNK]"]  # "##c" is not in vocab
+    assert wordpiece_tokenize("abd", vocab, prefix="@@", unk_token="<?>") == ["<?>"]
+    assert wordpiece_tokenize("abc", vocab, prefix="@@", max_chars=3) == ["ab", "@@c"]
+    assert wordpiece_tokenize("abcc", vocab, prefix="@@", max_chars=3) == ["[UNK]"]
+    assert wordpiece_tokenize("", vocab) == []
+    assert wordpiece_tokenize("c", vocab) == ["c"]
+    assert wordpiece_tokenize("ac", vocab, prefix="@@") == ["a", "@@c"]  # inside: prefixed
+    # BERT's max_input_chars_per_word is 100: a longer word is [UNK] whole
+    letters = {"a", "##a"}
+    assert wordpiece_tokenize("a" * 100, letters) == ["a"] + ["##a"] * 99
+    assert wordpiece_tokenize("a" * 101, letters) == ["[UNK]"]
+
+
+def test_truncation_keeps_the_unknown_token_and_wordpiece_takes_any_iterable():
+    tok = train_bpe({"abab": 3, "ab": 2}, 10, unk_token="<u>")
+    small = tok.truncated(4)
+    assert small.unk_token == "<u>" and small.tokenize_word("abx") == ["ab", "<u>"]
+    assert small.encode("abx") == [3, 0]
+    # a vocabulary given as a one-shot iterator (a generator) is read once, into a set
+    pieces = (p for p in ["ab", "##c", "a"])
+    assert wordpiece_tokenize("abc", pieces) == ["ab", "##c"]
+
+
+def test_word_characters_from_a_fresh_pattern():
+    """word_pattern() is built once per process (functools.cache); build it again here
+    from Unicode's tables, so that this test reads every character class afresh:
+    letters and marks, decimal digits, letter numbers, connector punctuation, the
+    joiners, the circled and squared letters at both ends of their ranges."""
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from course_lib import tokenization
+
+    text = (
+        "a\u0301b ٣٤x Ⅻy snake_case a\u200db\u200cc Ⓐⓩ🄰🅉🅐🅩🅰🆉 ½ x² ① «q» \x1c\x1f\u00a0\u2028\u3000z"
+    )
+    tokenization.word_pattern.cache_clear()
+    try:
+        ours = pre_tokenize(text)
+    finally:
+        tokenization.word_pattern.cache_clear()
+    assert ours == [w for w, _ in Whitespace().pre_tokenize_str(text)]
+    assert tokenization._is_word_character(ord("_")) and not tokenization._is_word_character(0x24B5)
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock):
+    the loops below must end on these tiny inputs in microseconds."""
+
+    def fail(*_):
+        raise TimeoutError(f"over {seconds} s on a tiny input: a loop that does not end")
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_loops_end_on_tiny_inputs():
+    with _deadline(5):
+        assert merge_pair(["a", "b", "a", "b", "c"], ("a", "b"), "ab") == ["ab", "ab", "c"]
+        assert merge_pair(["c", "a", "b"], ("a", "b"), "ab") == ["c", "ab"]
+        assert merge_pair([], ("a", "b"), "ab") == []
+        assert wordpiece_tokenize("abc", {"a", "##b", "##c"}) == ["a", "##b", "##c"]
+        assert wordpiece_tokenize("abd", {"a", "##b"}) == ["[UNK]"]
+        tok = BPETokenizer({"[UNK]": 0, "a": 1, "b": 2, "ab": 3}, [("a", "b")])
+        assert tok.tokenize_word("abab") == ["ab", "ab"] and tok.tokenize_word("ba") == ["b", "a"]
+        assert train_bpe({"abab": 2}, 10).merges == [("a", "b"), ("ab", "ab")]
+
+
+def test_bpe_progress_bar_counts_the_merges(capsys):
+    train_bpe({"abab": 3, "ab": 2}, 5, progress=True)
+    assert re.search(r"\rBPE merges: 100%.*\| 2/2 ", capsys.readouterr().err)
+
+
+def test_wordpiece_never_matches_an_empty_piece():
+    """A vocabulary holding the bare prefix ("##") or "": an empty rest of the word is no
+    piece, so "b" cannot be matched and the word is [UNK] (and the loop ends)."""
+    with _deadline(5):
+        assert wordpiece_tokenize("ab", {"a", "##", ""}) == ["[UNK]"]

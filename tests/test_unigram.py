@@ -8,6 +8,9 @@ trainer must learn a vocabulary close to its ``UnigramTrainer``'s.
 from __future__ import annotations
 
 import json
+import signal
+from collections import Counter
+from contextlib import contextmanager
 from functools import cache
 
 import pytest
@@ -129,3 +132,279 @@ def test_unigram_errors():
         train_unigram("abc abc", 10, shrinking_factor=1.0)
     with pytest.raises(ValueError, match=r"special token, not a piece"):
         UnigramTokenizer({"<unk>": -1.0, "a": -1.0})
+
+
+# ---------------------------------------------------------------------------
+# the trainer's steps against brute force over every segmentation (small words)
+# ---------------------------------------------------------------------------
+
+import math  # noqa: E402
+
+from course_lib import unigram as U  # noqa: E402
+
+TOY = {"▁abab": 3, "▁ba": 2, "▁abba": 1, "▁b": 4}
+TOY_SCORES = {"▁": -2.0, "a": -1.5, "b": -1.2, "ab": -1.0, "▁a": -2.5, "ba": -1.8, "▁ab": -3.0}
+
+
+def _all_segmentations(word, pieces, max_len):
+    if not word:
+        yield []
+    for j in range(1, min(len(word), max_len) + 1):
+        if word[:j] in pieces:
+            for rest in _all_segmentations(word[j:], pieces, max_len):
+                yield [word[:j], *rest]
+
+
+def test_expected_counts_equal_the_sum_over_every_segmentation():
+    """E-step, forward-backward against the definition: every segmentation's probability
+    (the product of its pieces'), normalised per word, times the uses of each piece."""
+    for max_len in (3, 2):
+        expected, loglik = U._expected_counts(TOY, TOY_SCORES, max_len)
+        want, want_ll = Counter(), 0.0
+        for word, count in TOY.items():
+            segs = list(_all_segmentations(word, TOY_SCORES, max_len))
+            probs = [math.exp(sum(TOY_SCORES[p] for p in s)) for s in segs]
+            z = sum(probs)
+            want_ll += count * math.log(z)
+            for s, pr in zip(segs, probs, strict=True):
+                for p in s:
+                    want[p] += count * pr / z
+        assert loglik == pytest.approx(want_ll, rel=1e-12)
+        assert set(expected) == {p for p in want if want[p] > 0}
+        for p in want:
+            assert expected[p] == pytest.approx(want[p], rel=1e-12), (max_len, p)
+
+
+def test_expected_counts_with_an_unknown_character():
+    """A character with no piece is one unknown edge scored min(scores) - 10."""
+    scores = {"a": -1.0, "b": -2.0, "ab": -1.5}
+    expected, loglik = U._expected_counts({"axab": 2}, scores, 2)
+    unk = -2.0 - U.UNK_PENALTY
+    z_ab = math.exp(-1.5) + math.exp(-3.0)  # "ab" or "a" + "b"
+    assert loglik == pytest.approx(2 * (-1.0 + unk + math.log(z_ab)), rel=1e-12)
+    assert expected["ab"] == pytest.approx(2 * math.exp(-1.5) / z_ab, rel=1e-12)
+    assert expected["b"] == pytest.approx(2 * math.exp(-3.0) / z_ab, rel=1e-12)
+    assert expected["a"] == pytest.approx(2 + 2 * math.exp(-3.0) / z_ab, rel=1e-12)
+
+
+def test_logaddexp_and_logsumexp():
+    for a, b in ((0.5, -1.0), (-1.0, 0.5), (-math.inf, 2.0), (3.0, -math.inf), (1.0, 1.0)):
+        assert U._logaddexp(a, b) == pytest.approx(math.log(math.exp(a) + math.exp(b)))
+    assert U._logaddexp(-math.inf, -math.inf) == -math.inf
+    values = [0.3, -2.0, 1.7]
+    assert U._logsumexp(values) == pytest.approx(math.log(sum(map(math.exp, values))))
+    assert U._logsumexp([-math.inf, -math.inf]) == -math.inf
+    assert U._logsumexp([700.0, 700.0]) == pytest.approx(700 + math.log(2))  # no overflow
+
+
+def test_normalise_is_log_of_the_share_most_probable_first():
+    got = U._normalise({"b": 1.0, "a": 3.0, "c": 1.0})
+    assert list(got) == ["a", "b", "c"]  # by count, then alphabetically
+    assert got["a"] == pytest.approx(math.log(3 / 5)) and got["c"] == pytest.approx(math.log(1 / 5))
+
+
+def test_word_counts_for_training():
+    assert U._unigram_word_counts("to be or  to") == {"▁to": 2, "▁be": 1, "▁or": 1}
+    assert U._unigram_word_counts(["a b", "a"]) == {"▁a": 2, "▁b": 1}
+    assert U._unigram_word_counts({"▁a": 3, "": 2}) == {"▁a": 3}
+
+
+def test_seed_pieces_count_every_substring():
+    counts = {"▁abab": 2, "▁ab": 1, "▁cd": 1}
+    chars, scores = U._seed_pieces(counts, 10, None, 3, "<unk>")
+    assert chars == Counter({"▁": 4, "a": 5, "b": 5, "c": 1, "d": 1})
+    # substrings of 2..3 characters seen at least twice, ranked by count * length
+    subs = Counter()
+    for w, c in counts.items():
+        for i in range(len(w)):
+            for j in range(i + 2, min(len(w), i + 3) + 1):
+                subs[w[i:j]] += c
+    frequent = {s: c for s, c in subs.items() if c >= 2}
+    total = sum(chars.values()) + sum(frequent.values())
+    assert scores == pytest.approx({p: math.log(c / total) for p, c in (chars | frequent).items()})
+    # seed_size keeps the best-ranked: count x length ("ab" 5 x 2, "▁ab" 3 x 3, then three
+    # at 6: "▁a" 3 x 2, "aba" and "bab" 2 x 3), ties in code-point order ("▁" is U+2581)
+    for size, longer in ((1, {"ab"}), (2, {"ab", "▁ab"}), (3, {"ab", "▁ab", "aba"})):
+        _, seeded = U._seed_pieces(counts, 10, size, 3, "<unk>")
+        assert set(seeded) == set(chars) | longer, size
+    # the default seed size is 10 * vocab_size substrings
+    g = torch.Generator().manual_seed(0)
+    words = [
+        "▁" + "".join("ab"[k] for k in torch.randint(2, (12,), generator=g)) for _ in range(30)
+    ]
+    many = {w: 2 for w in words}
+    chars, scores = U._seed_pieces(many, 4, None, 12, "<unk>")
+    assert len(chars) == 3 and len(scores) == 3 + 40
+    with pytest.raises(
+        ValueError, match="the text has 3 distinct characters, so vocab_size must be at least 4"
+    ):
+        U._seed_pieces(many, 3, None, 12, "<unk>")
+
+
+def _best(word, scores, max_len):
+    segs = list(_all_segmentations(word, scores, max_len))
+    return max(segs, key=lambda s: sum(scores[p] for p in s))
+
+
+def test_em_round_and_prune_against_brute_force():
+    chars = ["▁", "a", "b", "c"]  # "c" occurs in no word: kept anyway, with a tiny share
+    scores = TOY_SCORES | {"c": -4.0, "cc": -4.0}  # "cc": no segmentation uses it, dropped
+    new = U._em_round(TOY, scores, chars, 3)
+    want = Counter()
+    for word, count in TOY.items():
+        segs = list(_all_segmentations(word, scores, 3))
+        probs = [math.exp(sum(scores[p] for p in s)) for s in segs]
+        for s, pr in zip(segs, probs, strict=True):
+            for p in s:
+                want[p] += count * pr / sum(probs)
+    want["c"] = 1e-9
+    total = sum(want.values())
+    assert new == pytest.approx({p: math.log(c / total) for p, c in want.items()}, rel=1e-12)
+    assert list(new) == sorted(want, key=lambda p: (-want[p], p))
+    # prune: the loss of a piece is its Viterbi uses times the score it loses when the
+    # piece must be cut without itself; characters stay, the largest losses are kept
+    uses = Counter()
+    for word, count in TOY.items():
+        for p in _best(word, new, 3):
+            uses[p] += count
+    loss = {}
+    for p, s in new.items():
+        if len(p) > 1:
+            alt = _best(p, {q: t for q, t in new.items() if q != p}, 3)
+            loss[p] = uses[p] * (s - sum(new[q] for q in alt))
+    ranked = sorted(loss, key=lambda p: (-loss[p], p))
+    for target, factor, keep in ((6, 0.5, 2), (4, 0.9, 3), (7, 0.1, 3), (8, 0.1, 4)):
+        pruned = U._prune(TOY, new, 4, target, factor, 3)
+        assert set(pruned) == set(chars) | set(ranked[:keep]), (target, factor)
+        assert pruned == {p: new[p] for p in pruned}  # scores unchanged, order kept
+
+
+def test_tokenizer_ids_scores_and_unknowns():
+    tok = U.UnigramTokenizer({"a": -1.0, "b": -3.0, "ab": -3.5})
+    assert tok.vocab == {"<unk>": 0, "a": 1, "b": 2, "ab": 3} and len(tok) == 4
+    assert tok.vocab_with_scores() == [("<unk>", 0.0), ("a", -1.0), ("b", -3.0), ("ab", -3.5)]
+    # an unknown character costs 10 below the lowest piece (SentencePiece's penalty)
+    assert tok.score("ax") == pytest.approx(-1.0 + (-3.5 - 10.0))
+    assert tok.score("xx") == pytest.approx(2 * (-13.5))
+    assert tok.score("ab") == pytest.approx(-3.5)  # "ab" beats "a" + "b" (-4)
+    assert tok.tokenize_word("axxa") == ["a", "<unk>", "a"]  # a run of unknowns: one
+    assert tok.tokenize_word("xaxbx") == ["<unk>", "a", "<unk>", "b", "<unk>"]
+    assert tok.tokenize_word("xaxbx") == ["<unk>", "a", "<unk>", "b", "<unk>"]  # cached
+    spaced = U.UnigramTokenizer({SPACE: -1.0, "a": -1.0, SPACE + "a": -1.5})
+    assert spaced.encode(" a  aa ") == [3, 3, 2]
+    assert spaced.decode([3, 3, 2]) == "a aa"
+    assert spaced.decode(torch.tensor([1, 2])) == "a"  # leading space stripped
+    with pytest.raises(ValueError, match="scores is empty"):
+        U.UnigramTokenizer({})
+    assert U.UnigramTokenizer({"a": -1.0}, unk_token="[UNK]").vocab == {"[UNK]": 0, "a": 1}
+
+
+def test_train_unigram_on_a_small_corpus():
+    """Every character stays, the vocabulary has at most the size asked for (the last EM
+    rounds can drop a piece no segmentation uses any more), the scores are a
+    probability distribution (the last step is an EM round), and training only
+    prunes: every final piece was in the seed."""
+    text = "the cat sat on the mat; the cat ate the rat " * 3 + "a bat and a hat"
+    for size in (25, 30):
+        tok = train_unigram(text, size)
+        chars = {c for w in metaspace_pre_tokenize(text) for c in w}
+        assert size - 3 <= len(tok) <= size and chars <= set(tok.scores)
+        assert sum(math.exp(s) for s in tok.scores.values()) == pytest.approx(1.0)
+        _, seed = U._seed_pieces(U._unigram_word_counts(text), size, None, 16, "<unk>")
+        assert set(tok.scores) <= set(seed)
+    # the same words given as counts train the same tokenizer
+    counts = Counter(metaspace_pre_tokenize(text))
+    assert train_unigram(dict(counts), 25).scores == train_unigram(text, 25).scores
+    # no pruning needed: the seed is small enough, only EM rounds run
+    tok = train_unigram("ab ab", 10)
+    assert set(tok.scores) == {"▁", "a", "b", "▁a", "▁ab", "ab"}
+    with pytest.raises(ValueError, match="vocab_size must be >= 2, got 1"):
+        train_unigram("ab", 1)
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match=r"shrinking_factor must be in \(0, 1\)"):
+            train_unigram("ab", 10, shrinking_factor=bad)
+
+
+def test_ties_go_to_the_first_segmentation_found_as_in_tokenizers():
+    from tokenizers import models
+
+    tok = U.UnigramTokenizer({"a": -1.0, "b": -1.0, "ab": -2.0, "ba": -2.0})
+    hf = models.Unigram(tok.vocab_with_scores(), unk_id=0, byte_fallback=False)
+    for word, ours in (("ab", ["ab"]), ("aba", ["a", "ba"]), ("bab", ["b", "ab"])):
+        assert tok.tokenize_word(word) == ours == [t.value for t in hf.tokenize(word)]
+    with pytest.raises(ValueError, match="the empty string is not a piece"):
+        U.UnigramTokenizer({"a": -1.0, "": -2.0})
+
+
+def test_train_unigram_defaults_are_sentencepieces(capsys):
+    """SentencePiece's trainer defaults (Kudo & Richardson, 2018; trainer_spec.proto):
+    max_piece_length 16, shrinking_factor 0.75, num_sub_iterations (EM rounds) 2."""
+    text = "the cat sat on the mat; the cat ate the rat " * 3 + "a bat and a hat"
+    explicit = train_unigram(text, 25, em_iterations=2, shrinking_factor=0.75)
+    assert train_unigram(text, 25).scores == explicit.scores
+    assert train_unigram(text, 25, em_iterations=3).scores != explicit.scores  # it matters
+    long_words = "abcdefghijklmnopqrstu " * 5 + "abc"
+    assert max(map(len, train_unigram(long_words, 60).scores)) == 16
+    assert max(map(len, train_unigram(long_words, 60, max_piece_length=17).scores)) == 17
+    assert capsys.readouterr().err == ""  # no progress bar unless asked
+    tok = train_unigram("ab ab", 10, progress=True, unk_token="[?]")
+    assert "Unigram EM + pruning" in capsys.readouterr().err
+    assert tok.vocab["[?]"] == 0 and U.UnigramTokenizer({"a": -1.0}).unk_token == "<unk>"
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock)."""
+
+    def fail(*_):
+        raise TimeoutError(f"over {seconds} s on a tiny input: a loop that does not end")
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_loops_end_on_tiny_inputs():
+    with _deadline(5):
+        assert U._viterbi("ab", {"a": -1.0, "b": -1.0}, 1, -20.0) == (["a", "b"], -2.0)
+        assert U._viterbi("", {"a": -1.0}, 1, -20.0) == ([], 0.0)
+        tok = train_unigram("ab ab ba", 6)
+        assert len(tok) <= 6 and {"▁", "a", "b"} <= set(tok.scores)
+
+
+def test_train_unigram_smallest_vocabulary_and_default_unk_token():
+    """Two tokens: the unknown token and the one character of the words given as counts."""
+    tok = train_unigram({"aa": 3}, 2)
+    assert tok.vocab == {"<unk>": 0, "a": 1} and tok.tokenize_word("ab") == ["a", "<unk>"]
+    with pytest.raises(ValueError, match="vocab_size must be >= 2, got 1"):
+        train_unigram({"aa": 3}, 1)
+
+
+def test_train_unigram_seed_size_progress_and_messages(capsys):
+    text = "the cat sat on the mat; the cat ate the rat " * 3
+    chars = {c for w in metaspace_pre_tokenize(text) for c in w}
+    assert set(train_unigram(text, 30, seed_size=0).scores) == chars  # no longer piece seeded
+    assert set(train_unigram(text, 30, seed_size=5).scores) != chars
+    train_unigram("ab ab", 10, progress=True)  # two EM rounds, no pruning needed
+    assert "\rUnigram EM + pruning: 2it " in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"every character plus '\[\?\]'"):
+        train_unigram("abcdef abcdef", 4, unk_token="[?]")
+
+
+def test_prune_counts_every_use_of_a_piece():
+    """'ab' is used 3 times ("ab" once, "abab" twice), 'cd' twice ("cd" x 2); both lose 3
+    nats per use without themselves: losses 9 and 6, so 'ab' is the one kept."""
+    scores = {"ab": -1.0, "cd": -1.0, "a": -2.0, "b": -2.0, "c": -2.0, "d": -2.0}
+    pruned = U._prune({"ab": 1, "abab": 1, "cd": 2}, scores, 4, 5, 0.1, 2)
+    assert set(pruned) == {"a", "b", "c", "d", "ab"}
+
+
+def test_normalise_breaks_ties_alphabetically_and_scores_must_be_finite():
+    assert list(U._normalise({"c": 1.0, "a": 3.0, "b": 1.0})) == ["a", "b", "c"]
+    for bad in (-math.inf, math.nan):
+        with pytest.raises(ValueError, match="every score must be a finite log-probability"):
+            U.UnigramTokenizer({"a": -1.0, "b": bad})

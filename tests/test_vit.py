@@ -145,9 +145,14 @@ def test_patch_shuffle():
         )
         assert (model(vit.permute_patches(x, perm, P)) - model(x)).abs().max() > 1e-3
         assert torch.equal(moved.pos_embed[0, 0], model.pos_embed[0, 0])  # CLS position stays
-    with pytest.raises(ValueError, match=r"perm must hold each of 0 .. 15 once"):
+        assert torch.equal(moved.pos_embed[0, 1:], model.pos_embed[0, 1:][perm])
+        assert moved.pos_embed.data_ptr() != model.pos_embed.data_ptr()  # a copy: model kept
+    with pytest.raises(ValueError, match=r"^permute_patches: perm must hold each of 0 .. 15 once"):
         vit.permute_patches(images, torch.zeros(16, dtype=torch.long), 2)
-    with pytest.raises(ValueError, match=r"perm must be an integer tensor \[N_p=16\], got \[4\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"^with_permuted_positions: perm must be an integer tensor \[N_p=16\], got \[4\]",
+    ):
         vit.with_permuted_positions(model, torch.arange(4))
 
 
@@ -155,7 +160,9 @@ def test_errors():
     model = vit.ViT(CFG.replace(num_layers=1), IMG, P, 10)
     with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\]"):
         model(torch.rand(2, 1, 6, 6))
-    with pytest.raises(ValueError, match=r"images must be \[B, C=1, height, width\]"):
+    with pytest.raises(
+        ValueError, match=r"^PatchEmbedding: images must be \[B, C=1, height, width\]"
+    ):
         model(torch.rand(2, 3, 8, 8))
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         vit.patchify(torch.rand(1, 1, 7, 8), 2)
@@ -169,3 +176,177 @@ def test_errors():
         vit.patchify(torch.rand(8, 8), 4)
     with pytest.raises(ValueError, match=r"\[num_layers, B, h, T, T\]"):
         vit.attention_rollout(torch.rand(2, 3, 17, 17))
+
+
+# --- gaps found by mutation testing (mutmut) -----------------------------------------
+
+
+def test_patchify_non_square_and_single_pixel_patches():
+    """Against an independent loop over the grid, on a non-square image (height != width)."""
+    images = torch.randn(2, 3, 4, 6)
+    patches = vit.patchify(images, 2)
+    expected = torch.stack(
+        [images[:, :, r : r + 2, c : c + 2].flatten(1) for r in (0, 2) for c in (0, 2, 4)], 1
+    )
+    assert torch.equal(patches, expected)
+    # P = 1: every pixel its own patch, its C channels its features
+    assert torch.equal(vit.patchify(images, 1), images.flatten(2).transpose(1, 2))
+
+
+def test_input_checks():
+    with pytest.raises(
+        ValueError, match=r"^patchify: images must be \[B, C, height, width\], got list"
+    ):
+        vit.patchify([[1.0]], 2)
+    with pytest.raises(
+        ValueError, match="^patchify: image size 8x7 is not a multiple of the patch size 2"
+    ):
+        vit.patchify(torch.rand(1, 1, 8, 7), 2)
+    for bad in (0, 2.0):
+        with pytest.raises(ValueError, match="patchify: patch_size must be a positive int"):
+            vit.patchify(torch.rand(1, 1, 4, 4), bad)
+    with pytest.raises(ValueError, match="ViT: patch_size must be a positive int, got 2.0"):
+        vit.ViT(CFG, 8, 2.0, 10)
+    with pytest.raises(ValueError, match="must be positive, got 0, 4, 2"):
+        vit.PatchEmbedding(0, 4, 2)
+    with pytest.raises(ValueError, match="must be positive, got 1, 4, 0"):
+        vit.PatchEmbedding(1, 4, 0)
+    with pytest.raises(ValueError, match="must be positive, got 1, 0, 2"):
+        vit.PatchEmbedding(1, 0, 2)
+    with pytest.raises(TypeError, match=r"^ViT: the first argument is a course_lib.config"):
+        vit.ViT({"d_model": 16}, 8, 2, 10)
+    with pytest.raises(ValueError, match=r"num_classes \(0\) must be >= 1"):
+        vit.ViT(CFG, 8, 2, 0)
+    with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\], got \[1, 8, 8\]"):
+        vit.ViT(CFG, 8, 2, 10)(torch.rand(1, 8, 8))
+    with pytest.raises(ValueError, match=r"images must be \[B, C, 8, 8\], got \[1, 1, 8, 6\]"):
+        vit.ViT(CFG, 8, 2, 10)(torch.rand(1, 1, 8, 6))
+    with pytest.raises(ValueError, match=r"\[num_layers, B, h, T, T\], got \[1, 2, 3, 17, 16\]"):
+        vit.attention_rollout(torch.rand(1, 2, 3, 17, 16))
+    for bad in (-0.1, 1.1):
+        with pytest.raises(ValueError, match=r"residual must be in \[0, 1\]"):
+            vit.attention_rollout(torch.rand(1, 2, 3, 5, 5), residual=bad)
+    with pytest.raises(ValueError, match=r"T=17, T=17\], got \[1, 2, 3, 10, 10\]"):
+        vit.cls_attention_map(torch.rand(1, 2, 3, 10, 10), 4)
+    with pytest.raises(ValueError, match=r"got \[1, 2, 3, 17\]"):
+        vit.cls_attention_map(torch.rand(1, 2, 3, 17), 4)
+    with pytest.raises(
+        ValueError, match=r"^permute_patches: perm must be an integer tensor \[N_p=4\], got \[4\]"
+    ):
+        vit.permute_patches(torch.rand(1, 1, 4, 4), torch.arange(4.0), 2)
+    with pytest.raises(ValueError, match=r"perm must be an integer tensor \[N_p=4\], got list"):
+        vit.permute_patches(torch.rand(1, 1, 4, 4), [0, 1, 2, 3], 2)
+    with pytest.raises(
+        TypeError, match="^with_permuted_positions: model must be a ViT, got Linear"
+    ):
+        vit.with_permuted_positions(torch.nn.Linear(2, 2), torch.arange(4))
+
+
+def test_smallest_valid_sizes_are_accepted():
+    embed = vit.PatchEmbedding(1, 1, 1)
+    assert embed(torch.rand(2, 1, 3, 3)).shape == (2, 9, 1)
+    model = vit.ViT(CFG, 4, 1, 1).eval()
+    assert model(torch.rand(2, 1, 4, 4)).shape == (2, 1)
+
+
+def test_rollout_chains_the_layers_with_the_residual():
+    """Eq. (13.5) written out for two layers: R = A_2' A_1' with A' = r I + (1 - r) mean_h A."""
+    torch.manual_seed(3)
+    w = torch.rand(2, 3, 4, 5, 5, dtype=torch.float64).softmax(-1)
+    eye = torch.eye(5, dtype=torch.float64)
+    for r in (0.5, 0.2, 1.0):
+        a1 = r * eye + (1 - r) * w[0].mean(1)
+        a2 = r * eye + (1 - r) * w[1].mean(1)
+        expected = torch.einsum("bij,bjk->bik", a2, a1)
+        got = vit.attention_rollout(w) if r == 0.5 else vit.attention_rollout(w, residual=r)
+        torch.testing.assert_close(got, expected)
+    assert torch.equal(vit.attention_rollout(w, residual=1.0), eye.expand(3, 5, 5))
+
+
+def test_cls_attention_map_uses_the_rollout_by_default():
+    torch.manual_seed(4)
+    w = torch.rand(2, 3, 2, 10, 10, dtype=torch.float64).softmax(-1)
+    a = 0.5 * torch.eye(10, dtype=torch.float64) + 0.5 * w.mean(2)  # [L, B, T, T]
+    cls_row = (a[1] @ a[0])[:, 0, 1:]
+    expected = (cls_row / cls_row.sum(-1, keepdim=True)).reshape(3, 3, 3)
+    torch.testing.assert_close(vit.cls_attention_map(w, 3), expected)
+
+
+def test_init_dropout_and_a_permutation_of_a_non_square_image():
+    torch.manual_seed(5)
+    model = vit.ViT(CFG.replace(dropout=0.5), 8, 2, 10)
+    # ViT's initialisation (Dosovitskiy et al.'s code): a zero CLS token, positions N(0, 0.02)
+    assert torch.equal(model.cls_token, torch.zeros(1, 1, D))
+    n = model.pos_embed.numel()
+    assert abs(model.pos_embed.std().item() - 0.02) < 6 * 0.02 / (2 * n) ** 0.5
+    # dropout on the embedded tokens z_0 in training: the features change from call to call
+    x = torch.rand(2, 1, 8, 8)
+    with torch.no_grad():
+        model.blocks = torch.nn.ModuleList()  # no block: only the embedding's dropout is left
+        z = model.features(x)
+        model.eval()
+        assert torch.equal(model.features(x), model.features(x))
+        assert not torch.allclose(z, model.features(x))
+    # a non-square image (4 x 6 patches): patch k of the result is patch perm[k]
+    images = torch.rand(2, 3, 8, 12)
+    perm = torch.randperm(6)
+    shuffled = vit.permute_patches(images, perm, 4)
+    assert torch.equal(vit.patchify(shuffled, 4), vit.patchify(images, 4)[:, perm])
+
+
+def test_rollout_stays_on_the_weights_device():
+    """On the meta device (no data): the identity is made there too."""
+    weights = torch.rand(2, 1, 2, 5, 5, device="meta")
+    assert vit.attention_rollout(weights).device.type == "meta"
+    assert vit.cls_attention_map(torch.rand(2, 1, 2, 5, 5, device="meta"), 2).device.type == "meta"
+
+
+def test_error_messages_name_the_function():
+    embed = vit.PatchEmbedding(1, 4, 4)
+    with pytest.raises(
+        ValueError, match=r"^PatchEmbedding: images must be \[B, C=1, height, width\]"
+    ):
+        embed.forward_linear(torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match=r"^PatchEmbedding: image size 8x6 is not a multiple"):
+        embed.forward_linear(torch.rand(2, 1, 8, 6))
+    with pytest.raises(
+        ValueError, match=r"^permute_patches: images must be \[B, C, height, width\]"
+    ):
+        vit.permute_patches(torch.rand(4, 4), torch.arange(4), 2)
+    with pytest.raises(
+        ValueError, match=r"^cls_attention_map: .*T=5, T=5\], got \[1, 2, 3, 4, 5\]"
+    ):
+        vit.cls_attention_map(torch.rand(1, 2, 3, 4, 5), 2, rollout=False)
+
+
+def test_cls_attention_map_of_the_last_layer():
+    """rollout=False: the CLS row of the last of three layers, averaged over the heads."""
+    torch.manual_seed(6)
+    w = torch.rand(3, 2, 4, 5, 5, dtype=torch.float64).softmax(-1)
+    row = w[2, :, :, 0, 1:].mean(1)  # [B, N_p]: layer 3, heads averaged, CLS row, patches
+    expected = (row / row.sum(-1, keepdim=True)).reshape(2, 2, 2)
+    torch.testing.assert_close(vit.cls_attention_map(w, 2, rollout=False), expected)
+
+
+def test_rollout_of_no_layer_is_the_identity():
+    """Zero layers: nothing mixes the tokens, each flows from itself only, per image."""
+    weights = torch.rand(0, 3, 2, 5, 5)
+    torch.testing.assert_close(vit.attention_rollout(weights), torch.eye(5).expand(3, 5, 5))
+
+
+def test_logits_match_vit_for_image_classification(pair):
+    """The class scores read the CLS token, as ViTForImageClassification's classifier does."""
+    from transformers import ViTForImageClassification
+
+    model, hf = pair
+    config = hf.config.__class__.from_dict(hf.config.to_dict() | {"num_labels": 10})
+    clf = ViTForImageClassification(config).double().eval()
+    clf.vit.load_state_dict(hf.state_dict())
+    with torch.no_grad():
+        clf.classifier.weight.copy_(torch.randn_like(clf.classifier.weight))
+        clf.classifier.bias.copy_(torch.randn_like(clf.classifier.bias))
+        model.head.weight.copy_(clf.classifier.weight)
+        model.head.bias.copy_(clf.classifier.bias)
+        images = torch.rand(3, 1, IMG, IMG, dtype=torch.float64)
+        ref = clf(pixel_values=images).logits
+        torch.testing.assert_close(model(images), ref, atol=1e-10, rtol=0)
