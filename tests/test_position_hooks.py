@@ -302,3 +302,32 @@ def test_rope_scaling_restores_on_error_and_checks_its_factor():
             with H.rope_scaling(model, bad):
                 pass
     assert [h.scaling_factor for h in hooks] == [3.0, 1.0]
+
+
+@pytest.mark.parametrize("method", ["shaw", "t5", "alibi", "rope"])
+def test_hooks_take_heads_of_any_leading_shape(method):
+    """Like the functions of Chapter 8 they call ([..., T, d]), the hooks read T and S from
+    the last two axes: heads without a batch axis, [h, T, d], give the batched result's rows."""
+    torch.manual_seed(0)
+    hook = H.position_hook(method, 6, 3)
+    with torch.no_grad():
+        for p in hook.parameters():
+            p.normal_()
+    q, k = torch.randn(1, 3, 2, 6), torch.randn(1, 3, 5, 6)  # 2 queries, 5 keys, d = 6
+    if method == "rope":
+        (q4, k4), (q3, k3) = hook.rotate(q, k), hook.rotate(q[0], k[0])
+        torch.testing.assert_close((q3, k3), (q4[0], k4[0]))
+        return
+    batched, single = hook.score_bias(q, k), hook.score_bias(q[0], k[0])
+    assert single.shape[-2:] == (2, 5)
+    torch.testing.assert_close(single, batched[0] if batched.dim() == 4 else batched)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_rope_hook_on_the_gpu():
+    """The positions are made on the keys' device (on a CPU-only machine there is no other)."""
+    hook = H.RoPE(8)
+    q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8)
+    rq, rk = hook.rotate(q.cuda(), k.cuda())
+    cq, ck = hook.rotate(q, k)
+    torch.testing.assert_close((rq.cpu(), rk.cpu()), (cq, ck), rtol=1e-5, atol=1e-5)

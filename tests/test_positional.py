@@ -121,6 +121,13 @@ def test_sinusoidal_frequencies_and_table_with_any_base(dim, base):
     assert torch.allclose(pe[3:], pe[:7] @ m.T, atol=1e-12)
 
 
+def test_default_base_is_10000():
+    """Vaswani et al.'s base 10000 is the default of the frequencies (and of the table)."""
+    expected = [10000.0 ** (-2 * i / 8) for i in range(4)]
+    assert P.sinusoidal_frequencies(8).tolist() == pytest.approx(expected, rel=1e-15)
+    assert torch.equal(P.sinusoidal_table(5, 8), P.sinusoidal_table(5, 8, 10000.0))
+
+
 def test_dtypes_and_device():
     """The table is float32 unless asked (computed in float64); M_k is float64 unless asked."""
     assert P.sinusoidal_table(3, 4).dtype == torch.float32
