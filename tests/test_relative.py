@@ -510,3 +510,38 @@ def test_rotations_and_permutation_by_hand():
     assert R.rope_permutation(2).tolist() == [0, 1]
     with pytest.raises(ValueError, match="^rope_permutation: dim must be a positive int"):
         R.rope_permutation(0)
+
+
+def test_results_follow_the_inputs_not_the_default_device_or_dtype():
+    """The index and accumulator tensors are made on the inputs' device: with torch's default
+    device set elsewhere (``torch.set_default_device``), the results are unchanged; ALiBi's
+    slopes are float32 whatever the default dtype."""
+    g = _gen(8)
+    table = torch.randn(32, 2, generator=g)
+    slopes = R.alibi_slopes(2)
+    q = torch.randn(2, 3, 4, generator=g)
+    rel = torch.randn(5, 4, generator=g)
+    w = torch.softmax(torch.randn(2, 3, 6, generator=g), -1)
+
+    def compute():
+        return (
+            R.t5_bias(table, 3, 6),
+            R.alibi_bias(slopes, 3, 6),
+            R.shaw_value_term(w, rel),
+            R.shaw_key_bias(q, rel, 6),
+        )
+
+    expected = compute()
+    torch.set_default_device("meta")
+    try:
+        got = compute()
+    finally:
+        torch.set_default_device(None)
+    for a, b in zip(got, expected, strict=True):
+        assert a.device == b.device and torch.equal(a, b)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert R.alibi_slopes(3).dtype == torch.float32
+    finally:
+        torch.set_default_dtype(default)
