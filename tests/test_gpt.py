@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import parametrize
 from transformers import GPT2Config, GPT2Model
 
 from course_lib import gpt, lm, params
@@ -200,7 +201,7 @@ def test_training_lowers_loss():
 
 def test_add_lora_without_a_match_leaves_the_model_trainable():
     model = small_gpt()
-    with pytest.raises(ValueError, match="linear1"):  # the message lists the layers there are
+    with pytest.raises(ValueError, match="^add_lora: no nn.Linear named.*linear1"):  # lists them
         gpt.add_lora(model, targets=("q_proj",))
     assert all(p.requires_grad for p in model.parameters())
     assert not any(isinstance(m, gpt.LoRALinear) for m in model.modules())
@@ -476,6 +477,10 @@ def test_add_lora_defaults_and_targets():
     gpt.add_lora(model, targets=("linear2",), r=1, alpha=1.0)
     wrapped = [n for n, m in model.named_modules() if isinstance(m, gpt.LoRALinear)]
     assert wrapped == ["blocks.layers.0.ff.linear2", "blocks.layers.1.ff.linear2"]
+    assert all(model.get_submodule(n).scale == 1.0 for n in wrapped)
+    model = small_gpt()
+    gpt.add_lora(model, r=2, alpha=3.0)  # alpha reaches every wrapped layer
+    assert {m.scale for m in model.modules() if isinstance(m, gpt.LoRALinear)} == {1.5}
     assert model.head.weight.requires_grad is False  # the whole model is frozen
 
 
@@ -601,3 +606,35 @@ def test_load_gpt2_weights_from_the_lm_head_model_and_missing_keys():
         match=r"load_gpt2_weights: no GPT-2 weight for \['blocks.layers.0.ff.linear2.base.weight'",
     ):
         gpt.load_gpt2_weights(adapted, hf.state_dict())
+
+
+def test_next_token_probs_on_one_sequence_and_on_every_position():
+    """[V] (one sequence) and [B, T, V] (every position) work along the last axis."""
+    logits = torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(5))
+    for tau, k in ((1.0, None), (0.7, 2), (0.0, None)):
+        full = gpt.next_token_probs(logits, tau, k)
+        rows = torch.stack([gpt.next_token_probs(row, tau, k) for row in logits.flatten(0, 1)])
+        torch.testing.assert_close(full.flatten(0, 1), rows)
+        torch.testing.assert_close(full.sum(-1), torch.ones(2, 3))
+    torch.testing.assert_close(gpt.next_token_probs(logits, 0.5), torch.softmax(logits / 0.5, -1))
+    top2 = gpt.next_token_probs(logits, 1.0, 2)
+    assert ((top2 > 0).sum(-1) == 2).all()
+    assert torch.equal(gpt.next_token_probs(logits, 0).argmax(-1), logits.argmax(-1))
+
+
+def test_merge_lora_leaves_other_parametrizations():
+    """Only the LoRA of the fused projection is folded in; another parametrization stays."""
+    model = small_gpt()
+    head = torch.nn.utils.parametrizations.weight_norm(model.head)
+    gpt.add_qv_lora(model)
+    gpt.merge_lora(model)
+    assert parametrize.is_parametrized(head, "weight")
+    assert not parametrize.is_parametrized(model.blocks.layers[0].self_attn)
+
+
+def test_adapters_and_lora_are_made_on_the_base_device():
+    base = nn.Linear(4, 6, device="meta")
+    adapter = gpt.BottleneckAdapter(base, bottleneck=2)
+    assert {p.device.type for p in adapter.parameters()} == {"meta"}
+    lora = gpt.LoRALinear(nn.Linear(4, 6, device="meta"))
+    assert {p.device.type for p in lora.parameters()} == {"meta"}
