@@ -3,6 +3,7 @@
 import copy
 import math
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -638,3 +639,23 @@ def test_adapters_and_lora_are_made_on_the_base_device():
     assert {p.device.type for p in adapter.parameters()} == {"meta"}
     lora = gpt.LoRALinear(nn.Linear(4, 6, device="meta"))
     assert {p.device.type for p in lora.parameters()} == {"meta"}
+
+
+def test_no_target_error_lists_the_layer_names():
+    """The names are the last part of each nn.Linear's path, sorted, at most 8 then '...'."""
+    expected = "its nn.Linear layers are named ['head', 'linear1', 'linear2', 'out_proj']$"
+    with pytest.raises(
+        ValueError,
+        match=r"^add_adapters: no nn.Linear named \('q',\) .*" + re.escape(expected[:-1]) + "$",
+    ):
+        gpt.add_adapters(small_gpt(), targets=("q",))
+    many = nn.ModuleDict({c: nn.Linear(2, 2) for c in "jihgfedcba"})
+    with pytest.raises(
+        ValueError, match=re.escape("['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'] ...") + "$"
+    ):
+        gpt.add_lora(many, targets=("z",))
+    few = nn.ModuleDict({c: nn.Linear(2, 2) for c in "abcdefgh"})
+    with pytest.raises(
+        ValueError, match=re.escape("['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']") + "$"
+    ):
+        gpt.add_lora(few, targets=("z",))
