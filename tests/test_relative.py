@@ -297,3 +297,251 @@ def test_rope_interpolation_matches_llama_linear_scaling(factor):
     torch.testing.assert_close((c, s), (cos[0], sin[0]), rtol=1e-4, atol=1e-4)
     # and it is not plain RoPE
     assert (R.rope_cos_sin(positions, head_dim)[0] - cos[0]).abs().max() > 0.1
+
+
+# ---------------------------------------------------------------------------
+# Options the tests above leave at their defaults, and the edges of the checks
+# ---------------------------------------------------------------------------
+
+
+def test_relative_positions_with_a_cached_prefix():
+    """r_ij = j - i with the T queries at the last of S positions; S defaults to T."""
+    r = R.relative_positions(2, 5)
+    assert r.dtype == torch.int64
+    assert r.tolist() == [[-3, -2, -1, 0, 1], [-4, -3, -2, -1, 0]]
+    assert torch.equal(R.relative_positions(3), R.relative_positions(3, 3))
+    assert R.relative_positions(3).tolist() == [[0, 1, 2], [-1, 0, 1], [-2, -1, 0]]
+    assert R.relative_positions(1, 1).tolist() == [[0]]
+    assert R.relative_positions(2, 3, device="meta").device.type == "meta"
+    with pytest.raises(
+        ValueError, match=r"^relative_positions: q_len \(4\) must be <= k_len \(3\)"
+    ):
+        R.relative_positions(4, 3)
+    with pytest.raises(ValueError, match="^relative_positions: k_len must be a positive int"):
+        R.relative_positions(1, 0)
+
+
+def test_shaw_indices_edges():
+    assert R.shaw_indices(2, 3, 0).tolist() == [[0, 0, 0], [0, 0, 0]]  # K = 0: one row
+    assert R.shaw_indices(1, 4, 1).tolist() == [[0, 0, 0, 1]]  # the query is the last key
+    assert R.shaw_indices(2, 2, 5, device="meta").device.type == "meta"
+    for bad in (-1, 2.0, None):
+        with pytest.raises(ValueError, match=r"^shaw_indices: max_distance must be an int >= 0"):
+            R.shaw_indices(2, 2, bad)
+
+
+@pytest.mark.parametrize(("t", "s"), [(1, 6), (3, 6), (6, 6)])
+def test_shaw_with_fewer_queries_than_keys(t, s):
+    """Queries at the last t of s positions, with a mask, without a value table: the loop."""
+    g = _gen(7)
+    d, big_k = 4, 2
+    q = torch.randn(2, t, d, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, s, d, generator=g, dtype=torch.float64) for _ in range(2))
+    rel_k = torch.randn(2 * big_k + 1, d, generator=g, dtype=torch.float64)
+    allowed = torch.rand(t, s, generator=g) > 0.3
+    allowed[:, 0] = True
+    y, w = R.shaw_attention(q, k, v, rel_k, mask=allowed, return_weights=True)
+    assert w.shape == (2, t, s) and (w[:, ~allowed] == 0).all()
+    for b in range(2):
+        for i in range(t):
+            pos = s - t + i
+            e = torch.stack(
+                [
+                    q[b, i] @ (k[b, j] + rel_k[max(-big_k, min(big_k, j - pos)) + big_k])
+                    for j in range(s)
+                ]
+            ) / math.sqrt(d)
+            alpha = torch.softmax(e.masked_fill(~allowed[i], -math.inf), 0)
+            torch.testing.assert_close(w[b, i], alpha)
+            torch.testing.assert_close(y[b, i], alpha @ v[b])
+    # an additive mask is added as it is
+    bias = torch.randn(t, s, generator=g, dtype=torch.float64)
+    y_add = R.shaw_attention(q, k, v, rel_k, mask=bias)
+    plain = R.shaw_attention(q, k, v, rel_k, mask=torch.zeros(t, s, dtype=torch.float64))
+    assert (y_add - plain).abs().max() > 1e-3
+    torch.testing.assert_close(plain, R.shaw_attention(q, k, v, rel_k))
+
+
+def test_shaw_table_errors():
+    q = torch.zeros(1, 3, 4)
+    with pytest.raises(ValueError, match=r"^shaw_attention: rel_k must be \[2K\+1, d=4\]"):
+        R.shaw_attention(q, q, q, torch.zeros(5, 3))  # wrong width
+    with pytest.raises(ValueError, match=r"^shaw_attention: rel_k must be \[2K\+1, d=4\]"):
+        R.shaw_attention(q, q, q, torch.zeros(5, 4, 1))  # not a matrix
+    with pytest.raises(ValueError, match=r"^shaw_attention: rel_v must be \[2K\+1=5, dv=4\]"):
+        R.shaw_attention(q, q, q, torch.zeros(5, 4), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"^shaw_attention: rel_v must be \[2K\+1=5, dv=6\]"):
+        R.shaw_attention(q, q, torch.zeros(1, 3, 6), torch.zeros(5, 4), torch.zeros(5, 4))
+    with pytest.raises(ValueError, match=r"^shaw_attention: rel_v must be"):
+        R.shaw_attention(q, q, q, torch.zeros(5, 4), torch.zeros(5, 4, 1))
+    vec = torch.zeros(4)
+    for args in ((vec, q, q), (q, vec, q), (q, q, vec)):
+        with pytest.raises(ValueError, match=r"^shaw_attention: q, k, v must be \[\.\.\., T, d\]"):
+            R.shaw_attention(*args, torch.zeros(5, 4))
+    # one row (K = 0) is a valid table: every pair reads it
+    one = torch.ones(1, 4)
+    assert R.shaw_attention(q + 1, q, q, one, one).shape == (1, 3, 4)
+
+
+def test_t5_buckets_defaults_and_checks():
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    ref = T5Attention._relative_position_bucket(OFFSETS)  # bidirectional, 32, 128
+    assert torch.equal(R.t5_relative_position_bucket(OFFSETS), ref.long())
+    # the smallest valid sizes: 4 buckets (2 exact) bidirectional, 2 causal; max_distance > n_exact
+    for bidirectional, nb, md in ((True, 4, 2), (False, 2, 2), (True, 6, 2), (False, 3, 2)):
+        ours = R.t5_relative_position_bucket(OFFSETS, bidirectional, nb, md)
+        ref = T5Attention._relative_position_bucket(
+            OFFSETS, bidirectional=bidirectional, num_buckets=nb, max_distance=md
+        )
+        assert torch.equal(ours, ref.long()), (bidirectional, nb, md)
+    with pytest.raises(ValueError, match="bidirectional needs an even num_buckets, got 5"):
+        R.t5_relative_position_bucket(OFFSETS, True, 5, 16)
+    for bidirectional, nb, md in ((True, 2, 16), (False, 1, 16), (True, 4, 1), (False, 8, 4)):
+        with pytest.raises(ValueError, match=r"need num_buckets >= \d and max_distance > \d"):
+            R.t5_relative_position_bucket(OFFSETS, bidirectional, nb, md)
+    with pytest.raises(ValueError, match="max_distance must be a positive int"):
+        R.t5_relative_position_bucket(OFFSETS, True, 32, 0)
+    rel = torch.tensor([-3, 0, 2], dtype=torch.int32)
+    assert R.t5_relative_position_bucket(rel).dtype == torch.int64
+
+
+def test_t5_bias_options_match_transformers():
+    """``t5_bias`` with a cached prefix, both directions and another max_distance: T5's own
+    ``compute_bias`` (which reads the table as ``nn.Embedding(num_buckets, h)``)."""
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    for bidirectional, max_distance in ((False, 128), (True, 128), (False, 20), (True, 20)):
+        config = T5Config(
+            d_model=8,
+            d_kv=4,
+            num_heads=2,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=max_distance,
+            is_decoder=not bidirectional,
+        )
+        attn = T5Attention(config, has_relative_attention_bias=True)
+        table = torch.randn(8, 2, generator=_gen(5))
+        with torch.no_grad():
+            attn.relative_attention_bias.weight.copy_(table)
+            ref = attn.compute_bias(40, 40)[0]  # [h, T, S]
+        ours = R.t5_bias(table, 40, bidirectional=bidirectional, max_distance=max_distance)
+        torch.testing.assert_close(ours, ref)
+        torch.testing.assert_close(
+            R.t5_bias(table, 3, 40, bidirectional=bidirectional, max_distance=max_distance),
+            ref[:, -3:],
+        )
+    # the defaults: causal, max_distance 128
+    table = torch.randn(32, 2, generator=_gen(6))
+    assert torch.equal(
+        R.t5_bias(table, 200), R.t5_bias(table, 200, 200, bidirectional=False, max_distance=128)
+    )
+    assert not torch.equal(R.t5_bias(table, 200), R.t5_bias(table, 200, max_distance=64))
+    with pytest.raises(ValueError, match=r"^t5_bias: table must be \[num_buckets, h\]"):
+        R.t5_bias(torch.zeros(32), 4)
+
+
+def test_alibi_bias_with_a_cached_prefix():
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    bias = R.alibi_bias(slopes, 2, 4)  # queries at positions 2, 3
+    assert bias.dtype == torch.float64 and bias.shape == (2, 2, 4)
+    assert bias[0].tolist() == [[-1.0, -0.5, 0.0, -0.5], [-1.5, -1.0, -0.5, 0.0]]
+    torch.testing.assert_close(bias[1], bias[0] / 2)
+    assert torch.equal(R.alibi_bias(slopes, 3), R.alibi_bias(slopes, 3, 3))
+    assert R.alibi_slopes(1).tolist() == [2.0**-8] and R.alibi_slopes(3).dtype == torch.float32
+    with pytest.raises(ValueError, match="^alibi_slopes: num_heads must be a positive int"):
+        R.alibi_slopes(0)
+
+
+def test_rope_cos_sin_layout_dtype_and_checks():
+    c, s = R.rope_cos_sin(3, 4)
+    assert c.dtype == s.dtype == torch.float32 and c.shape == (3, 4)
+    omega = [1.0, 0.01]  # 10000^(-2i/4)
+    for p in range(3):
+        assert c[p].tolist() == pytest.approx([math.cos(p * w) for w in omega * 2])
+        assert s[p].tolist() == pytest.approx([math.sin(p * w) for w in omega * 2])
+    ci, si = R.rope_cos_sin(torch.tensor([5]), 4, base=100.0, convention="interleaved")
+    angles = [5.0, 5.0, 0.5, 0.5]  # 100^(-2i/4) = 1, 0.1
+    assert ci[0].tolist() == pytest.approx([math.cos(a) for a in angles])
+    assert si[0].tolist() == pytest.approx([math.sin(a) for a in angles])
+    c64, _ = R.rope_cos_sin(2, 4, dtype=torch.float64)
+    assert c64.dtype == torch.float64
+    assert R.rope_cos_sin(torch.arange(2, device="meta"), 4)[0].device.type == "meta"
+    torch.testing.assert_close(R.rope_cos_sin(4, 8, scaling_factor=1.0), R.rope_cos_sin(4, 8))
+    for bad in (0.99, float("nan")):
+        with pytest.raises(ValueError, match=r"^rope_cos_sin: scaling_factor must be >= 1"):
+            R.rope_cos_sin(4, 8, scaling_factor=bad)
+    with pytest.raises(ValueError, match=r"^rope_cos_sin: convention must be one of"):
+        R.rope_cos_sin(4, 8, convention="neox")
+    with pytest.raises(ValueError, match=r"^rope_cos_sin: positions must be \[T\], got \[2, 2\]"):
+        R.rope_cos_sin(torch.zeros(2, 2, dtype=torch.long), 8)
+    with pytest.raises(ValueError, match=r"^rope_cos_sin: base must be > 1"):
+        R.rope_cos_sin(4, 8, base=1.0)
+
+
+def test_apply_rope_checks():
+    c, s = R.rope_cos_sin(3, 4)
+    with pytest.raises(ValueError, match=r"^apply_rope: convention must be one of"):
+        R.apply_rope(torch.zeros(3, 4), c, s, convention="neox")
+    with pytest.raises(ValueError, match=r"^apply_rope: x must be \[\.\.\., T, d\] with d even"):
+        R.apply_rope(torch.zeros(4), c[0], s[0])
+    with pytest.raises(ValueError, match=r"^apply_rope: x must be \[\.\.\., T, d\] with d even"):
+        R.apply_rope(torch.zeros(3, 5), torch.zeros(3, 5), torch.zeros(3, 5))
+    with pytest.raises(ValueError, match=r"^apply_rope: cos and sin must be \[T, d\] = \[3, 4\]"):
+        R.apply_rope(torch.zeros(3, 4), c, s[:2])
+    with pytest.raises(ValueError, match=r"^apply_rope: cos and sin must be \[T, d\] = \[3, 4\]"):
+        R.apply_rope(torch.zeros(3, 4), c[:2], s)
+    # one position, one pair: the plain 2-D rotation
+    x = torch.tensor([[1.0, 2.0]])
+    y = R.apply_rope(x, torch.tensor([[0.6, 0.6]]), torch.tensor([[0.8, 0.8]]))
+    torch.testing.assert_close(y, torch.tensor([[1.0 * 0.6 - 2.0 * 0.8, 1.0 * 0.8 + 2.0 * 0.6]]))
+    yi = R.apply_rope(
+        x, torch.tensor([[0.6, 0.6]]), torch.tensor([[0.8, 0.8]]), convention="interleaved"
+    )
+    torch.testing.assert_close(yi, y)
+
+
+def test_rotations_and_permutation_by_hand():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert R.rotate_half(x).tolist() == [-4.0, -5.0, -6.0, 1.0, 2.0, 3.0]
+    assert R.rotate_interleaved(x).tolist() == [-2.0, 1.0, -4.0, 3.0, -6.0, 5.0]
+    assert R.rope_permutation(6).tolist() == [0, 2, 4, 1, 3, 5]
+    assert R.rope_permutation(2).tolist() == [0, 1]
+    with pytest.raises(ValueError, match="^rope_permutation: dim must be a positive int"):
+        R.rope_permutation(0)
+
+
+def test_results_follow_the_inputs_not_the_default_device_or_dtype():
+    """The index and accumulator tensors are made on the inputs' device: with torch's default
+    device set elsewhere (``torch.set_default_device``), the results are unchanged; ALiBi's
+    slopes are float32 whatever the default dtype."""
+    g = _gen(8)
+    table = torch.randn(32, 2, generator=g)
+    slopes = R.alibi_slopes(2)
+    q = torch.randn(2, 3, 4, generator=g)
+    rel = torch.randn(5, 4, generator=g)
+    w = torch.softmax(torch.randn(2, 3, 6, generator=g), -1)
+
+    def compute():
+        return (
+            R.t5_bias(table, 3, 6),
+            R.alibi_bias(slopes, 3, 6),
+            R.shaw_value_term(w, rel),
+            R.shaw_key_bias(q, rel, 6),
+        )
+
+    expected = compute()
+    torch.set_default_device("meta")
+    try:
+        got = compute()
+    finally:
+        torch.set_default_device(None)
+    for a, b in zip(got, expected, strict=True):
+        assert a.device == b.device and torch.equal(a, b)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert R.alibi_slopes(3).dtype == torch.float32
+    finally:
+        torch.set_default_dtype(default)

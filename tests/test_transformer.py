@@ -130,3 +130,132 @@ def test_encoder_decoder_learns_to_reverse():
         model, make_batch(300, 5, 5, task="reverse", generator=torch.Generator().manual_seed(9))
     )
     assert tok > 0.9, tok
+
+
+# ---------------------------------------------------------------------------
+# Options the tests above leave at their defaults: an explicit attention mask,
+# the target's padding, the layer-norm epsilon, a post-norm stack's missing final
+# norm, padded inputs, the configuration's type.
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_stacks_match_torch_with_masks_and_eps(norm_first):
+    """An explicit ``mask`` for the encoder, the target's padding for the decoder, and a
+    layer-norm epsilon far from torch's default: torch's stacks given the same."""
+    eps = 0.3  # large enough that dropping it moves every output
+    ref = nn.Transformer(
+        D, H, 2, 2, FF, dropout=0.0, batch_first=True, norm_first=norm_first, layer_norm_eps=eps
+    ).eval()
+    _randomise_norms(ref)
+    config = TransformerConfig(
+        d_model=D, num_heads=H, num_layers=2, d_ff=FF, norm_first=norm_first, eps=eps
+    )
+    enc = Encoder(config, final_norm=True).eval()
+    dec = Decoder(config, final_norm=True).eval()
+    enc.load_state_dict(from_torch_state_dict(ref.encoder.state_dict()))
+    dec.load_state_dict(from_torch_state_dict(ref.decoder.state_dict()))
+    src, tgt = torch.randn(2, 7, D), torch.randn(2, 5, D)
+    band = (torch.arange(7)[:, None] - torch.arange(7)[None, :]).abs() <= 2  # [S, S] True = attend
+    tgt_kpm = padding_mask(torch.tensor([5, 3]), 5)  # key 0 is real: no row fully masked
+    expected = ref(
+        src,
+        tgt,
+        src_mask=to_torch_mask(band, "mha"),
+        tgt_mask=to_torch_mask(causal_mask(5), "mha"),
+        tgt_key_padding_mask=~tgt_kpm,
+    )
+    memory = enc(src, mask=band)
+    got = dec(tgt, memory, tgt_key_padding_mask=tgt_kpm)
+    assert _close(got, expected), (got - expected).abs().max()
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+def test_post_norm_stack_has_no_final_norm_by_default():
+    """Post-norm blocks end in a layer norm already (4.2): the stack adds none, and equals
+    torch's ``nn.TransformerEncoder`` without a final norm; pre-norm adds one (4.3)."""
+    config = TransformerConfig(d_model=D, num_heads=H, num_layers=2, d_ff=FF, norm_first=False)
+    enc = Encoder(config).eval()
+    assert enc.norm is None and Decoder(config).norm is None
+    assert isinstance(Encoder(TransformerConfig(norm_first=True)).norm, nn.LayerNorm)
+    layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True)
+    ref = nn.TransformerEncoder(layer, 2, norm=None, enable_nested_tensor=False).eval()
+    _randomise_norms(ref)
+    enc.load_state_dict(from_torch_state_dict(ref.state_dict()))
+    x = torch.randn(2, 6, D)
+    assert _close(enc(x), ref(x))
+
+
+def test_final_norm_uses_the_config_eps():
+    config = TransformerConfig(d_model=D, num_heads=H, num_layers=1, d_ff=FF, eps=0.25)
+    assert Encoder(config, final_norm=True).norm.eps == 0.25
+    assert Decoder(config, final_norm=True).norm.eps == 0.25
+
+
+def test_padding_is_the_same_as_a_shorter_input():
+    """Padded keys are invisible: the real positions of a padded batch give what the
+    unpadded, shorter sequence gives (source padding in the encoder-decoder's encoder and
+    its cross-attention, token padding in the encoder-only model)."""
+    config = TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32)
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(0, 6, (1, 7), generator=g)
+    kpm = padding_mask(torch.tensor([4]), 7)  # 4 real tokens, 3 pads
+    model = EncoderDecoder(config, 6).eval()
+    tgt = torch.randint(0, 7, (1, 5), generator=g)
+    with torch.no_grad():
+        memory = model.encode(src, kpm)
+        short = model.encode(src[:, :4])
+        assert _close(memory[:, :4], short)
+        assert _close(
+            model.decode(tgt, memory, memory_key_padding_mask=kpm), model.decode(tgt, short)
+        )
+        assert not _close(model.decode(tgt, memory), model.decode(tgt, short))  # the pads matter
+        bert = EncoderOnly(config, 6, 3).eval()
+        assert _close(bert(src, kpm)[:, :4], bert(src[:, :4]))
+        assert not _close(bert(src)[:, :4], bert(src[:, :4]))
+
+
+def test_encoder_decoder_target_vocabulary_has_one_bos_row():
+    """The target embedding has ``num_symbols + 1`` rows, the last being BOS (as Seq2Seq)."""
+    model = EncoderDecoder(TransformerConfig(d_model=16, num_heads=2, d_ff=32), 6)
+    assert model.bos == 6
+    assert model.tgt_embed.tok.weight.shape == (7, 16)
+    assert model.src_embed.tok.weight.shape == (6, 16)
+    assert model.out.weight.shape == (6, 16)
+
+
+def test_positions_follow_the_tokens_device_not_the_default_one():
+    """The position ids are made on the tokens' device: with torch's default device set
+    elsewhere (``torch.set_default_device``), a CPU model on CPU tokens is unchanged."""
+    model = DecoderOnly(TransformerConfig(d_model=16, num_heads=2, d_ff=32), 10).eval()
+    tokens = torch.randint(0, 10, (2, 5))
+    with torch.no_grad():
+        expected = model(tokens)
+        torch.set_default_device("meta")
+        try:
+            got = model(tokens)
+        finally:
+            torch.set_default_device(None)
+    assert got.device == tokens.device and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("cls", "args"),
+    [
+        (Encoder, ()),
+        (Decoder, ()),
+        (EncoderDecoder, (6,)),
+        (EncoderOnly, (10, 10)),
+        (DecoderOnly, (10,)),
+    ],
+)
+def test_config_is_kept_and_a_wrong_one_is_named(cls, args):
+    config = TransformerConfig(d_model=16, num_heads=2, d_ff=32)
+    assert cls(config, *args).config is config
+    with pytest.raises(
+        TypeError,
+        match=rf"^{cls.__name__}: the first argument is a course_lib.config.TransformerConfig, "
+        rf"got int 16; build the model as {cls.__name__}\(TransformerConfig\(",
+    ):
+        cls(16, *args)
