@@ -436,7 +436,10 @@ class GAT(nn.Module):
     :class:`GATv2Layer`.  ``forward(x [N, F_in] dense or sparse, edge_index
     [2, E], dense=False) -> logits [N, K]``; with ``dense=True``,
     ``edge_index`` is replaced by a bool adjacency [N, N] and both layers use
-    their dense form.
+    their dense form.  ``edge_index`` may also be a pair ``(edges of layer 1,
+    edges of layer 2)``, each [2, E_l]: a receptive field
+    (:func:`course_lib.gat_training.receptive_field`) gives each layer only the
+    edges into the nodes whose outputs are needed.
     """
 
     def __init__(
@@ -465,5 +468,6 @@ class GAT(nn.Module):
             x = F.elu(self.conv1.forward_dense(x, edge_index))
             x = sparse.dropout(x, self.dropout, self.training)
             return self.conv2.forward_dense(x, edge_index)
-        x = sparse.dropout(F.elu(self.conv1(x, edge_index)), self.dropout, self.training)
-        return self.conv2(x, edge_index)
+        first, second = edge_index if isinstance(edge_index, tuple | list) else (edge_index,) * 2
+        x = sparse.dropout(F.elu(self.conv1(x, first)), self.dropout, self.training)
+        return self.conv2(x, second)
