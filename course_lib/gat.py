@@ -356,12 +356,14 @@ class GATv2Layer(_AttentionLayer):
         nn.init.xavier_uniform_(self.att)
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """``W_src x`` and ``W_dst x``, [N, h, d] each."""
+        """``W_src x`` and ``W_dst x``, [N, h, d] each (one product with both weights stacked)."""
         _check_x(type(self).__name__, x, self.in_features)
         shape = (-1, self.heads, self.out_features)
-        x_src = sparse.linear(x, self.lin_l.weight, self.lin_l.bias).view(shape)
-        x_dst = sparse.linear(x, self.lin_r.weight, self.lin_r.bias).view(shape)
-        return x_src, x_dst
+        both = sparse.linear(x, torch.cat([self.lin_l.weight, self.lin_r.weight]))  # [N, 2 h d]
+        x_src, x_dst = both.split(self.heads * self.out_features, dim=1)
+        if self.lin_l.bias is not None:
+            x_src, x_dst = x_src + self.lin_l.bias, x_dst + self.lin_r.bias
+        return x_src.reshape(shape), x_dst.reshape(shape)
 
     def forward(
         self, x: Tensor, edge_index: Tensor, return_attention: bool = False
