@@ -255,12 +255,9 @@ def fit_node_classifier(
     mask it trains for exactly ``max_epochs`` and keeps the last weights.
     Returns a :class:`FitResult` with the test accuracy of the weights kept.
 
-    With ``receptive_fields`` (the default) a :class:`course_lib.gat.GAT`
-    computes the training loss and the validation numbers on the
-    :func:`receptive_field` of the training and validation nodes only: the same
-    values and gradients as on the whole graph, for less work (the dropout
-    masks are drawn for the nodes and edges read only).  The test accuracy is
-    computed on the whole graph.
+    With ``receptive_fields`` a :class:`course_lib.gat.GAT` computes the training
+    loss and validation numbers on the :func:`receptive_field` of those nodes only:
+    the same values and gradients, less work (dropout draws for what is read only).
     """
     if stopping not in _STOPPING:
         raise ValueError(f"fit_node_classifier: stopping must be 'gat' or 'gcn', got {stopping!r}")
