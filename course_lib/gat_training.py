@@ -38,7 +38,6 @@ from course_lib.training import Callback, Run, train
 
 __all__ = [
     "accuracy",
-    "ReceptiveField",
     "receptive_field",
     "FitResult",
     "PaperEarlyStopping",
