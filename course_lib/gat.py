@@ -356,12 +356,14 @@ class GATv2Layer(_AttentionLayer):
         nn.init.xavier_uniform_(self.att)
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """``W_src x`` and ``W_dst x``, [N, h, d] each."""
+        """``W_src x`` and ``W_dst x``, [N, h, d] each (one product with both weights stacked)."""
         _check_x(type(self).__name__, x, self.in_features)
         shape = (-1, self.heads, self.out_features)
-        x_src = sparse.linear(x, self.lin_l.weight, self.lin_l.bias).view(shape)
-        x_dst = sparse.linear(x, self.lin_r.weight, self.lin_r.bias).view(shape)
-        return x_src, x_dst
+        both = sparse.linear(x, torch.cat([self.lin_l.weight, self.lin_r.weight]))  # [N, 2 h d]
+        x_src, x_dst = both.split(self.heads * self.out_features, dim=1)
+        if self.lin_l.bias is not None:
+            x_src, x_dst = x_src + self.lin_l.bias, x_dst + self.lin_r.bias
+        return x_src.reshape(shape), x_dst.reshape(shape)
 
     def forward(
         self, x: Tensor, edge_index: Tensor, return_attention: bool = False
@@ -436,7 +438,10 @@ class GAT(nn.Module):
     :class:`GATv2Layer`.  ``forward(x [N, F_in] dense or sparse, edge_index
     [2, E], dense=False) -> logits [N, K]``; with ``dense=True``,
     ``edge_index`` is replaced by a bool adjacency [N, N] and both layers use
-    their dense form.
+    their dense form.  ``edge_index`` may also be a pair ``(edges of layer 1,
+    edges of layer 2)``, each [2, E_l]: a receptive field
+    (:func:`course_lib.gat_training.receptive_field`) gives each layer only the
+    edges into the nodes whose outputs are needed.
     """
 
     def __init__(
@@ -463,5 +468,6 @@ class GAT(nn.Module):
             x = F.elu(self.conv1.forward_dense(x, edge_index))
             x = sparse.dropout(x, self.dropout, self.training)
             return self.conv2.forward_dense(x, edge_index)
-        x = sparse.dropout(F.elu(self.conv1(x, edge_index)), self.dropout, self.training)
-        return self.conv2(x, edge_index)
+        first, second = edge_index if isinstance(edge_index, tuple | list) else (edge_index,) * 2
+        x = sparse.dropout(F.elu(self.conv1(x, first)), self.dropout, self.training)
+        return self.conv2(x, second)

@@ -3,6 +3,9 @@
 * :func:`fit_node_classifier` trains one model of :mod:`course_lib.gat` on one
   graph, full batch, with Adam and the stopping rule of the GAT paper's code
   (:class:`PaperEarlyStopping`), and returns a :class:`FitResult`.
+* :func:`receptive_field`: the nodes and edges a two-layer attention model
+  reads to compute its outputs at a set of nodes; :func:`fit_node_classifier`
+  trains and validates a :class:`course_lib.gat.GAT` on those alone.
 * :func:`fit_seeds` trains several models (each a :class:`Setup`) once per
   seed; the runs are independent, so on the CPU they are spread over processes.
 
@@ -21,19 +24,21 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from course_lib import gat
 from course_lib.runtime import seed_everything
 from course_lib.sparse import SparseFeatures
 from course_lib.training import Callback, Run, train
 
 __all__ = [
     "accuracy",
+    "receptive_field",
     "FitResult",
     "PaperEarlyStopping",
     "WindowEarlyStopping",
@@ -60,6 +65,53 @@ class FitResult:
     epochs: int
     seconds: float
     history: dict[str, list[float]] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------
+# Receptive fields: the part of the graph a loss on a few nodes reads
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ReceptiveField:
+    """What :func:`receptive_field` returns.
+
+    ``nodes`` [M]: the nodes read, as ids of the whole graph (sorted);
+    ``edges``: one edge list per layer, first layer first, [2, E_l] each, as
+    positions in ``nodes``; ``targets`` [T]: the positions in ``nodes`` of the
+    nodes asked for, in their order in the mask.
+    """
+
+    nodes: Tensor
+    edges: tuple[Tensor, ...]
+    targets: Tensor
+
+
+def receptive_field(edge_index: Tensor, mask: Tensor, hops: int = 2) -> ReceptiveField:
+    """The nodes and edges that ``hops`` attention layers read to compute their outputs at ``mask``.
+
+    A layer's output at node ``i`` depends on the edges into ``i`` (its softmax
+    runs over them, eq. (14.3)) and on the previous layer's outputs at their
+    sources, and on nothing else.  So the last layer needs the edges into the
+    nodes of ``mask`` [N] (bool), the layer before the edges into their sources,
+    and so on; the first layer's input is read at every source reached.  A model
+    of :mod:`course_lib.gat` given ``x[nodes]`` and these per-layer edges (its
+    layers add the self-loops) returns at ``targets`` the same outputs as on
+    the whole graph, and so the same loss and gradients (``tests/test_gat_training.py``);
+    layers with a degree normalisation such as GCN's (14.1), which reads the
+    sources' degrees too, are not covered.
+    """
+    gat._check_edges("receptive_field", edge_index, mask.shape[0])
+    needed = [mask.clone()]  # needed[l]: nodes whose output of layer (hops - l) is read
+    for _ in range(hops):
+        reached = needed[-1].clone()
+        reached[edge_index[0, needed[-1][edge_index[1]]]] = True  # the sources of edges into them
+        needed.append(reached)
+    nodes = needed[-1].nonzero().squeeze(1)
+    position = torch.full_like(mask, -1, dtype=torch.long)
+    position[nodes] = torch.arange(len(nodes), device=mask.device)
+    edges = tuple(position[edge_index[:, targets[edge_index[1]]]] for targets in needed[-2::-1])
+    return ReceptiveField(nodes, edges, position[mask.nonzero().squeeze(1)])
 
 
 # ---------------------------------------------------------------------------
@@ -145,15 +197,30 @@ class WindowEarlyStopping(Callback):
 _STOPPING = {"gat": PaperEarlyStopping, "gcn": WindowEarlyStopping}
 
 
-def _node_loss_and_accuracy(
+def _on_field(
     model: nn.Module, x: Tensor | SparseFeatures, edge_index: Tensor, y: Tensor, mask: Tensor
+) -> tuple:
+    """``(x, edges, targets, labels)`` for the outputs of ``model`` at ``mask``.
+
+    A :class:`course_lib.gat.GAT` reads its receptive field only (the same outputs,
+    less work); any other model the whole graph.
+    """
+    if not isinstance(model, gat.GAT) or not bool(mask.any()):
+        return x, edge_index, mask, y[mask]
+    part = receptive_field(edge_index, mask)
+    rows = x.rows(part.nodes) if isinstance(x, SparseFeatures) else x.index_select(0, part.nodes)
+    return rows, part.edges, part.targets, y[mask]
+
+
+def _loss_and_accuracy(
+    model: nn.Module, x: Tensor | SparseFeatures, edges: Any, targets: Tensor, labels: Tensor
 ) -> tuple[float, float]:
-    """The loss and accuracy on the nodes of ``mask``, in evaluation mode (then back to training)."""
+    """The loss and accuracy at ``targets``, in evaluation mode (then back to training)."""
     model.eval()
     with torch.inference_mode():
-        logits = model(x, edge_index)
-        loss = F.cross_entropy(logits[mask], y[mask]).item()
-        acc = accuracy(logits, y, mask)
+        logits = model(x, edges)[targets]
+        loss = F.cross_entropy(logits, labels).item()
+        acc = (logits.argmax(-1) == labels).float().mean().item()
     model.train()
     return loss, acc
 
@@ -173,6 +240,7 @@ def fit_node_classifier(
     decay_first_layer_only: bool = False,
     progress: bool = True,
     desc: str = "training",
+    receptive_fields: bool = True,
 ) -> FitResult:
     """Full-batch training with Adam (L2 weight decay) and a paper's early stopping.
 
@@ -185,14 +253,19 @@ def fit_node_classifier(
     (``conv1.*`` or ``lin1.*``).  With ``patience=None`` or an empty validation
     mask it trains for exactly ``max_epochs`` and keeps the last weights.
     Returns a :class:`FitResult` with the test accuracy of the weights kept.
+
+    With ``receptive_fields`` a :class:`course_lib.gat.GAT` computes the training
+    loss and validation numbers on the :func:`receptive_field` of those nodes only:
+    the same values and gradients, less work (dropout draws for what is read only).
     """
     if stopping not in _STOPPING:
         raise ValueError(f"fit_node_classifier: stopping must be 'gat' or 'gcn', got {stopping!r}")
     train_mask, val_mask, test_mask = masks
+    on = _on_field if receptive_fields else lambda m, x, e, y, mask: (x, e, mask, y[mask])
     callbacks = []
     if patience is not None and bool(val_mask.any()):
-        validate = partial(_node_loss_and_accuracy, x=x, edge_index=edge_index, y=y, mask=val_mask)
-        callbacks.append(_STOPPING[stopping](validate, patience))
+        on_val = on(model, x, edge_index, y, val_mask)
+        callbacks.append(_STOPPING[stopping](lambda m: _loss_and_accuracy(m, *on_val), patience))
     first = [p for n, p in model.named_parameters() if n.startswith(("conv1.", "lin1."))]
     rest = [p for n, p in model.named_parameters() if not n.startswith(("conv1.", "lin1."))]
     rest_decay = 0.0 if decay_first_layer_only else weight_decay
@@ -201,11 +274,12 @@ def fit_node_classifier(
         groups = [{"params": first, "weight_decay": weight_decay}]
         return torch.optim.Adam(groups + [{"params": rest, "weight_decay": rest_decay}], lr=lr)
 
+    x_train, edges_train, targets, labels = on(model, x, edge_index, y, train_mask)
     start = time.perf_counter()
     losses = train(
         model,
-        lambda: train_mask,  # full batch: every epoch sees the whole graph
-        lambda m, mask: F.cross_entropy(m(x, edge_index)[mask], y[mask]),
+        lambda: targets,  # full batch: every epoch sees every training node
+        lambda m, at: F.cross_entropy(m(x_train, edges_train)[at], labels),
         max_epochs,
         clip_norm=None,
         optimizer=adam,

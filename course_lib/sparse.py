@@ -34,11 +34,17 @@ __all__ = ["SparseFeatures", "linear", "dropout"]
 
 @contextmanager
 def _building_csr() -> Iterator[None]:
-    """Silence the "beta" notice PyTorch prints when it builds a sparse CSR tensor.
+    """Build sparse tensors from parts we know are valid, without PyTorch's notices.
 
-    The CSR operations used here are checked in ``tests/test_sparse.py``.
+    * The "beta" notice PyTorch prints when it builds a sparse CSR tensor is
+      silenced (the CSR operations used here are checked in ``tests/test_sparse.py``).
+    * Every sparse tensor built here takes its indices from a tensor PyTorch built
+      and checked itself, so its invariant checks are turned off *explicitly*,
+      for these constructions only: left at its default, the global setting makes
+      recent PyTorch (2.11 on) warn "Sparse invariant checks are implicitly
+      disabled" on the first construction, even with ``check_invariants=False``.
     """
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch.sparse.check_sparse_tensor_invariants(enable=False):
         warnings.filterwarnings(
             "ignore", message="Sparse CSR tensor support is in beta", category=UserWarning
         )
@@ -105,6 +111,10 @@ class SparseFeatures:
 
     def to_dense(self) -> Tensor:
         return self.csr.to_dense()
+
+    def rows(self, index: Tensor) -> SparseFeatures:
+        """The rows ``index`` [M] of ``x``, as new features [M, F_in] (e.g. a receptive field's nodes)."""
+        return SparseFeatures(self.to_dense().index_select(0, index.to(self.device)))
 
     # Pickling (a worker process of course_lib.gat_training.fit_seeds receives the features):
     # send plain tensors and rebuild the CSR tensors here, where the notice is silenced.
@@ -173,9 +183,10 @@ def dropout(x: Tensor | SparseFeatures, p: float, training: bool = True) -> Tens
     if x.layout == torch.sparse_coo:
         x = x.coalesce()
         values = dropout(x.values(), p)
-        return torch.sparse_coo_tensor(
-            x.indices(), values, x.shape, is_coalesced=True, check_invariants=False
-        )
+        with _building_csr():
+            return torch.sparse_coo_tensor(
+                x.indices(), values, x.shape, is_coalesced=True, check_invariants=False
+            )
     if x.layout != torch.strided:
         raise ValueError(f"dropout: use SparseFeatures(x) for a {x.layout} tensor")
     if p == 1.0:

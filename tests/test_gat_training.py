@@ -181,3 +181,62 @@ def test_fit_seeds_explains_a_missing_main_guard(tmp_path):
     )
     assert run.returncode != 0
     assert "call fit_seeds under `if __name__ == '__main__':`" in run.stderr
+
+
+# ---------------------------------------------------------------------------
+# Receptive fields (training and validating a GAT on the part of the graph it reads)
+# ---------------------------------------------------------------------------
+
+
+def test_receptive_field_of_a_path():
+    """Path 0 - 1 - 2 - 3 - 4 (both directions); two layers at node 0 read nodes 0, 1, 2."""
+    path = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4], [1, 0, 2, 1, 3, 2, 4, 3]])
+    field = gat_training.receptive_field(path, torch.arange(5) == 0)
+    assert field.nodes.tolist() == [0, 1, 2] and field.targets.tolist() == [0]
+    first, second = (e.T.tolist() for e in field.edges)
+    assert sorted(first) == [[0, 1], [1, 0], [2, 1]]  # the edges into nodes 0 and 1
+    assert second == [[1, 0]]  # the edge into node 0
+    assert len(gat_training.receptive_field(path, torch.arange(5) == 0, hops=1).nodes) == 2
+
+
+@pytest.mark.parametrize("layer", [gat.GATLayer, gat.GATv2Layer])
+@pytest.mark.parametrize("form", ["dense", "sparse"])
+def test_receptive_field_gives_the_same_outputs_and_gradients(layer, form):
+    torch.manual_seed(0)
+    n = 60
+    edges = gat.coalesce(torch.randint(0, n, (2, 150)), n)
+    x = torch.rand(n, 12) * (torch.rand(n, 12) < 0.3)
+    inputs = sparse.SparseFeatures(x) if form == "sparse" else x
+    y, mask = torch.randint(0, 3, (n,)), torch.rand(n) < 0.2
+    model = gat.GAT(12, 3, hidden=4, heads=2, dropout=0.0, layer=layer)
+    field = gat_training.receptive_field(edges, mask)
+    assert len(field.nodes) < n  # the test reads a part of the graph
+    part = inputs.rows(field.nodes) if form == "sparse" else x[field.nodes]
+    outputs, grads = [], []
+    for logits in (model(inputs, edges)[mask], model(part, field.edges)[field.targets]):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(logits, y[mask]).backward()
+        outputs.append(logits.detach())
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert torch.allclose(*outputs, atol=1e-6)
+    for full, restricted in zip(*grads, strict=True):
+        assert torch.allclose(full, restricted, atol=1e-6)
+
+
+def test_fit_on_receptive_fields_changes_no_number():
+    """Without dropout, training a GAT on the receptive fields follows the whole-graph run."""
+    x, *task = small_task()
+    results = []
+    for fields in (True, False):
+        torch.manual_seed(0)
+        model = gat.GAT(2, 2, hidden=4, heads=2, dropout=0.0)
+        results.append(
+            gat_training.fit_node_classifier(
+                model, x, *task, lr=0.05, max_epochs=30, patience=10, progress=False,
+                receptive_fields=fields,
+            )
+        )  # fmt: skip
+    a, b = results
+    assert (a.test_acc, a.best_epoch, a.epochs) == (b.test_acc, b.best_epoch, b.epochs)
+    for key in ("train_loss", "val_loss", "val_acc"):
+        assert torch.allclose(torch.tensor(a.history[key]), torch.tensor(b.history[key]))

@@ -52,14 +52,27 @@ def test_sparse_features_print_no_beta_notice(first):
         "sf = pickle.loads(sys.stdin.buffer.read()) if sys.argv[1] == 'unpickle' else "
         "sparse.SparseFeatures(x)\n"
         "sparse.dropout(sf.to('cpu'), 0.5)\n"
-        "# and no filter left behind, at import or after\n"
+        "sparse.dropout(x.to_sparse(), 0.5)\n"
+        "# and no filter left behind, at import or after, nor a changed global setting\n"
         "assert not any(f[1] and 'CSR' in f[1].pattern for f in warnings.filters)\n"
+        "assert not torch.sparse.check_sparse_tensor_invariants.is_enabled()\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", script, first], input=data, capture_output=True, timeout=120
     )
     assert run.returncode == 0, run.stderr.decode()
     assert b"Sparse CSR tensor support is in beta" not in run.stderr
+    # PyTorch >= 2.11 warns once per process unless invariant checks are set explicitly
+    assert b"Sparse invariant checks are implicitly disabled" not in run.stderr
+
+
+def test_sparse_features_rows():
+    x = sparse_matrix()
+    index = torch.tensor([5, 0, 17, 5])
+    sub = sparse.SparseFeatures(x).rows(index)
+    assert isinstance(sub, sparse.SparseFeatures) and torch.equal(sub.to_dense(), x[index])
+    w = torch.randn(3, x.shape[1])
+    assert torch.allclose(sparse.linear(sub, w), x[index] @ w.T, atol=1e-6)
 
 
 def test_sparse_linear_gradient():
