@@ -432,6 +432,7 @@ EXEMPT: dict[str, str] = {
     "embeddings.cooccurrence_matrix": "integer ids in, float64 counts out (exact counts)",
     "embeddings.ppmi_svd_embeddings": "integer ids in; the SVD runs in float64 and the "
     "vectors are float32 by contract (documented)",
+    "gat_training.receptive_field": _INT + " (edge lists and node ids from a graph and a mask)",
     "ensemble.member_batches": "returns a function that selects rows of the tensors it is "
     "given (indexing keeps any dtype); tested in test_ensemble",
     "ensemble.train_stacked": _LOOP,
