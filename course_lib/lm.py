@@ -206,7 +206,9 @@ def train_lm_seeds(
         ]
         return torch.tensor(losses).T
     stacked = list(params.values())
-    opt = torch.optim.AdamW(stacked, lr, weight_decay=weight_decay)
+    # foreach: one call per operation over all tensors, the same weights as the CPU's default
+    # loop over tensors (tested), with less Python per step (as course_lib.training.train)
+    opt = torch.optim.AdamW(stacked, lr, weight_decay=weight_decay, foreach=True)
 
     def forward(p: dict, b: dict, x: Tensor) -> Tensor:  # one model: x [B, T]
         return functional_call(base, (p, b), (x,))

@@ -234,3 +234,20 @@ def test_char_vocab_and_batches_errors():
         vocab.encode("abz")
     with pytest.raises(ValueError, match=r"got \[2, 3\]"):
         lm.batches(torch.zeros(2, 3, dtype=torch.long), 4, 2, generator=torch.Generator())
+
+
+# ---------------------------------------------------------------------------
+# Speed (issue 32): the stacked seeds' optimizer runs foreach, with the same weights
+# ---------------------------------------------------------------------------
+
+
+def test_train_lm_seeds_foreach_adamw_gives_the_loops_weights(monkeypatch):
+    fast = _models("rope", 2)
+    lm.train_lm_seeds(fast, DATA, 4, seeds=[3, 7], block=8, batch_size=4, progress=False)
+    adamw = torch.optim.AdamW  # the reference: AdamW's loop over tensors (the CPU default)
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *a, **k: adamw(*a, **(k | {"foreach": False})))
+    slow = _models("rope", 2)
+    lm.train_lm_seeds(slow, DATA, 4, seeds=[3, 7], block=8, batch_size=4, progress=False)
+    for a, b in zip(fast, slow, strict=True):
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(p, q)
