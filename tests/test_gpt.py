@@ -639,6 +639,15 @@ def test_adapters_and_lora_are_made_on_the_base_device():
     assert {p.device.type for p in adapter.parameters()} == {"meta"}
     lora = gpt.LoRALinear(nn.Linear(4, 6, device="meta"))
     assert {p.device.type for p in lora.parameters()} == {"meta"}
+    slice_lora = gpt.SliceLoRA(torch.zeros(12, 4, device="meta"))
+    assert {p.device.type for p in slice_lora.parameters()} == {"meta"}
+
+
+def test_slice_lora_defaults():
+    """r = 4, alpha = 8 (scale 2), the query and value slices."""
+    lora = gpt.SliceLoRA(torch.zeros(12, 4))
+    assert lora.r == 4 and lora.scale == 2.0 and lora.slices == ("q", "v")
+    assert lora.lora_A["q"].shape == (4, 4) and lora.lora_B["v"].shape == (4, 4)
 
 
 def test_no_target_error_lists_the_layer_names():
