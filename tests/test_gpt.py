@@ -639,6 +639,15 @@ def test_adapters_and_lora_are_made_on_the_base_device():
     assert {p.device.type for p in adapter.parameters()} == {"meta"}
     lora = gpt.LoRALinear(nn.Linear(4, 6, device="meta"))
     assert {p.device.type for p in lora.parameters()} == {"meta"}
+    slice_lora = gpt.SliceLoRA(torch.zeros(12, 4, device="meta"))
+    assert {p.device.type for p in slice_lora.parameters()} == {"meta"}
+
+
+def test_slice_lora_defaults():
+    """r = 4, alpha = 8 (scale 2), the query and value slices."""
+    lora = gpt.SliceLoRA(torch.zeros(12, 4))
+    assert lora.r == 4 and lora.scale == 2.0 and lora.slices == ("q", "v")
+    assert lora.lora_A["q"].shape == (4, 4) and lora.lora_B["v"].shape == (4, 4)
 
 
 def test_no_target_error_lists_the_layer_names():
@@ -659,3 +668,21 @@ def test_no_target_error_lists_the_layer_names():
         ValueError, match=re.escape("['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']") + "$"
     ):
         gpt.add_lora(few, targets=("z",))
+
+
+def test_evaluate_default_num_chars_is_32768():
+    """By default the first 32768 targets count (rounded down to whole windows: 32766 for
+    windows of 3); a model sure of token 1 meets token 0 only after them."""
+
+    class SureOfOne(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            return torch.tensor([0.0, 10.0]).expand(*x.shape, 2) + self.w
+
+    data = torch.ones(40_000, dtype=torch.long)
+    data[32_767:] = 0  # targets 32767, 32768, ... are zeros
+    loss, _ = gpt.evaluate(SureOfOne(), data, block=3)
+    assert loss == pytest.approx(math.log1p(math.exp(-10.0)), rel=1e-3)
