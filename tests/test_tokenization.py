@@ -425,3 +425,13 @@ def test_wordpiece_never_matches_an_empty_piece():
     piece, so "b" cannot be matched and the word is [UNK] (and the loop ends)."""
     with _deadline(5):
         assert wordpiece_tokenize("ab", {"a", "##", ""}) == ["[UNK]"]
+
+
+def test_merge_pair_and_wordpiece_loops_end():
+    """The fastest tests of these two loops (mutmut runs the fastest test first), under
+    the alarm: a loop that never ends fails here within seconds."""
+    with _deadline(5):
+        assert merge_pair(["a", "b", "a", "b"], ("a", "b"), "ab") == ["ab", "ab"]
+        assert merge_pair(["b", "a", "b"], ("a", "b"), "ab") == ["b", "ab"]
+        assert wordpiece_tokenize("ab", {"a", "##b"}) == ["a", "##b"]
+        assert wordpiece_tokenize("ba", {"a", "##b"}) == ["[UNK]"]

@@ -408,3 +408,9 @@ def test_normalise_breaks_ties_alphabetically_and_scores_must_be_finite():
     for bad in (-math.inf, math.nan):
         with pytest.raises(ValueError, match="every score must be a finite log-probability"):
             U.UnigramTokenizer({"a": -1.0, "b": bad})
+
+
+def test_viterbi_loop_ends():
+    """The fastest test of Viterbi (mutmut runs the fastest test first), under the alarm."""
+    with _deadline(5):
+        assert U._viterbi("ab", {"a": -1.0, "b": -2.0, "ab": -2.5}, 2, -20.0) == (["ab"], -2.5)
