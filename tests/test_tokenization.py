@@ -130,13 +130,15 @@ def test_incremental_training_equals_the_naive_loop():
 
 
 def test_merge_pair_does_not_overlap():
-    assert merge_pair(["a", "a", "a"], ("a", "a"), "aa") == ["aa", "a"]
-    assert merge_pair(["a", "b", "a", "b"], ("a", "b"), "ab") == ["ab", "ab"]
+    with _deadline(5):  # a loop that never ends fails here, fast
+        assert merge_pair(["a", "a", "a"], ("a", "a"), "aa") == ["aa", "a"]
+        assert merge_pair(["a", "b", "a", "b"], ("a", "b"), "ab") == ["ab", "ab"]
 
 
 def test_min_frequency_stops_training():
-    tok = train_bpe("ab ab ab cd", 100, min_frequency=2)
-    assert tok.merges == [("a", "b")]  # 'cd' occurs once
+    with _deadline(5):  # a loop that never ends fails here, fast
+        tok = train_bpe("ab ab ab cd", 100, min_frequency=2)
+        assert tok.merges == [("a", "b")]  # 'cd' occurs once
 
 
 def test_unseen_characters_become_unk():
@@ -163,10 +165,11 @@ def test_wordpiece_matches_hf_wordpiece():
 
 
 def test_wordpiece_greedy_longest_match():
-    vocab = {"un", "##want", "##ed", "want", "##w", "##a", "##n", "##t", "##e", "##d"}
-    assert wordpiece_tokenize("unwanted", vocab) == ["un", "##want", "##ed"]
-    assert wordpiece_tokenize("unknown", vocab) == ["[UNK]"]  # no piece for 'k'
-    assert wordpiece_tokenize("want", vocab, max_chars=3) == ["[UNK]"]
+    with _deadline(5):  # a loop that never ends fails here, fast
+        vocab = {"un", "##want", "##ed", "want", "##w", "##a", "##n", "##t", "##e", "##d"}
+        assert wordpiece_tokenize("unwanted", vocab) == ["un", "##want", "##ed"]
+        assert wordpiece_tokenize("unknown", vocab) == ["[UNK]"]  # no piece for 'k'
+        assert wordpiece_tokenize("want", vocab, max_chars=3) == ["[UNK]"]
 
 
 # ---------------------------------------------------------------------------
@@ -339,20 +342,21 @@ def test_bpe_progress_bar(capsys):
 
 
 def test_wordpiece_options():
-    vocab = {"ab": 0, "@@c": 1, "c": 2, "a": 3}
-    assert wordpiece_tokenize("abc", vocab, prefix="@@") == ["ab", "@@c"]
-    assert wordpiece_tokenize("abc", list(vocab), prefix="@@") == ["ab", "@@c"]
-    assert wordpiece_tokenize("abc", vocab) == ["[UNK]"]  # "##c" is not in vocab
-    assert wordpiece_tokenize("abd", vocab, prefix="@@", unk_token="<?>") == ["<?>"]
-    assert wordpiece_tokenize("abc", vocab, prefix="@@", max_chars=3) == ["ab", "@@c"]
-    assert wordpiece_tokenize("abcc", vocab, prefix="@@", max_chars=3) == ["[UNK]"]
-    assert wordpiece_tokenize("", vocab) == []
-    assert wordpiece_tokenize("c", vocab) == ["c"]
-    assert wordpiece_tokenize("ac", vocab, prefix="@@") == ["a", "@@c"]  # inside: prefixed
-    # BERT's max_input_chars_per_word is 100: a longer word is [UNK] whole
-    letters = {"a", "##a"}
-    assert wordpiece_tokenize("a" * 100, letters) == ["a"] + ["##a"] * 99
-    assert wordpiece_tokenize("a" * 101, letters) == ["[UNK]"]
+    with _deadline(5):  # a loop that never ends fails here, fast
+        vocab = {"ab": 0, "@@c": 1, "c": 2, "a": 3}
+        assert wordpiece_tokenize("abc", vocab, prefix="@@") == ["ab", "@@c"]
+        assert wordpiece_tokenize("abc", list(vocab), prefix="@@") == ["ab", "@@c"]
+        assert wordpiece_tokenize("abc", vocab) == ["[UNK]"]  # "##c" is not in vocab
+        assert wordpiece_tokenize("abd", vocab, prefix="@@", unk_token="<?>") == ["<?>"]
+        assert wordpiece_tokenize("abc", vocab, prefix="@@", max_chars=3) == ["ab", "@@c"]
+        assert wordpiece_tokenize("abcc", vocab, prefix="@@", max_chars=3) == ["[UNK]"]
+        assert wordpiece_tokenize("", vocab) == []
+        assert wordpiece_tokenize("c", vocab) == ["c"]
+        assert wordpiece_tokenize("ac", vocab, prefix="@@") == ["a", "@@c"]  # inside: prefixed
+        # BERT's max_input_chars_per_word is 100: a longer word is [UNK] whole
+        letters = {"a", "##a"}
+        assert wordpiece_tokenize("a" * 100, letters) == ["a"] + ["##a"] * 99
+        assert wordpiece_tokenize("a" * 101, letters) == ["[UNK]"]
 
 
 def test_truncation_keeps_the_unknown_token_and_wordpiece_takes_any_iterable():
@@ -425,3 +429,13 @@ def test_wordpiece_never_matches_an_empty_piece():
     piece, so "b" cannot be matched and the word is [UNK] (and the loop ends)."""
     with _deadline(5):
         assert wordpiece_tokenize("ab", {"a", "##", ""}) == ["[UNK]"]
+
+
+def test_merge_pair_and_wordpiece_loops_end():
+    """The fastest tests of these two loops (mutmut runs the fastest test first), under
+    the alarm: a loop that never ends fails here within seconds."""
+    with _deadline(5):
+        assert merge_pair(["a", "b", "a", "b"], ("a", "b"), "ab") == ["ab", "ab"]
+        assert merge_pair(["b", "a", "b"], ("a", "b"), "ab") == ["b", "ab"]
+        assert wordpiece_tokenize("ab", {"a", "##b"}) == ["a", "##b"]
+        assert wordpiece_tokenize("ba", {"a", "##b"}) == ["[UNK]"]

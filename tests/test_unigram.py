@@ -107,14 +107,17 @@ def _segmentations(word: str, pieces: set[str]):
 
 
 def test_unigram_viterbi_is_the_best_segmentation():
-    g = torch.Generator().manual_seed(0)
-    pieces = ["a", "b", "c", "ab", "bc", "abc", "ca", "cab", "bca"]
-    scores = dict(zip(pieces, (-5 * torch.rand(len(pieces), generator=g)).tolist(), strict=True))
-    tok = UnigramTokenizer(scores)
-    for word in ["abcab", "cabca", "bcabcabc", "aaab"]:
-        best = max(_segmentations(word, set(pieces)), key=lambda s: sum(scores[p] for p in s))
-        assert tok.tokenize_word(word) == best
-        assert tok.score(word) == pytest.approx(sum(scores[p] for p in best))
+    with _deadline(5):  # a loop that never ends fails here, fast
+        g = torch.Generator().manual_seed(0)
+        pieces = ["a", "b", "c", "ab", "bc", "abc", "ca", "cab", "bca"]
+        scores = dict(
+            zip(pieces, (-5 * torch.rand(len(pieces), generator=g)).tolist(), strict=True)
+        )
+        tok = UnigramTokenizer(scores)
+        for word in ["abcab", "cabca", "bcabcabc", "aaab"]:
+            best = max(_segmentations(word, set(pieces)), key=lambda s: sum(scores[p] for p in s))
+            assert tok.tokenize_word(word) == best
+            assert tok.score(word) == pytest.approx(sum(scores[p] for p in best))
 
 
 def test_unigram_round_trip_and_unknowns():
@@ -280,23 +283,24 @@ def test_em_round_and_prune_against_brute_force():
 
 
 def test_tokenizer_ids_scores_and_unknowns():
-    tok = U.UnigramTokenizer({"a": -1.0, "b": -3.0, "ab": -3.5})
-    assert tok.vocab == {"<unk>": 0, "a": 1, "b": 2, "ab": 3} and len(tok) == 4
-    assert tok.vocab_with_scores() == [("<unk>", 0.0), ("a", -1.0), ("b", -3.0), ("ab", -3.5)]
-    # an unknown character costs 10 below the lowest piece (SentencePiece's penalty)
-    assert tok.score("ax") == pytest.approx(-1.0 + (-3.5 - 10.0))
-    assert tok.score("xx") == pytest.approx(2 * (-13.5))
-    assert tok.score("ab") == pytest.approx(-3.5)  # "ab" beats "a" + "b" (-4)
-    assert tok.tokenize_word("axxa") == ["a", "<unk>", "a"]  # a run of unknowns: one
-    assert tok.tokenize_word("xaxbx") == ["<unk>", "a", "<unk>", "b", "<unk>"]
-    assert tok.tokenize_word("xaxbx") == ["<unk>", "a", "<unk>", "b", "<unk>"]  # cached
-    spaced = U.UnigramTokenizer({SPACE: -1.0, "a": -1.0, SPACE + "a": -1.5})
-    assert spaced.encode(" a  aa ") == [3, 3, 2]
-    assert spaced.decode([3, 3, 2]) == "a aa"
-    assert spaced.decode(torch.tensor([1, 2])) == "a"  # leading space stripped
-    with pytest.raises(ValueError, match="scores is empty"):
-        U.UnigramTokenizer({})
-    assert U.UnigramTokenizer({"a": -1.0}, unk_token="[UNK]").vocab == {"[UNK]": 0, "a": 1}
+    with _deadline(5):  # a loop that never ends fails here, fast
+        tok = U.UnigramTokenizer({"a": -1.0, "b": -3.0, "ab": -3.5})
+        assert tok.vocab == {"<unk>": 0, "a": 1, "b": 2, "ab": 3} and len(tok) == 4
+        assert tok.vocab_with_scores() == [("<unk>", 0.0), ("a", -1.0), ("b", -3.0), ("ab", -3.5)]
+        # an unknown character costs 10 below the lowest piece (SentencePiece's penalty)
+        assert tok.score("ax") == pytest.approx(-1.0 + (-3.5 - 10.0))
+        assert tok.score("xx") == pytest.approx(2 * (-13.5))
+        assert tok.score("ab") == pytest.approx(-3.5)  # "ab" beats "a" + "b" (-4)
+        assert tok.tokenize_word("axxa") == ["a", "<unk>", "a"]  # a run of unknowns: one
+        assert tok.tokenize_word("xaxbx") == ["<unk>", "a", "<unk>", "b", "<unk>"]
+        assert tok.tokenize_word("xaxbx") == ["<unk>", "a", "<unk>", "b", "<unk>"]  # cached
+        spaced = U.UnigramTokenizer({SPACE: -1.0, "a": -1.0, SPACE + "a": -1.5})
+        assert spaced.encode(" a  aa ") == [3, 3, 2]
+        assert spaced.decode([3, 3, 2]) == "a aa"
+        assert spaced.decode(torch.tensor([1, 2])) == "a"  # leading space stripped
+        with pytest.raises(ValueError, match="scores is empty"):
+            U.UnigramTokenizer({})
+        assert U.UnigramTokenizer({"a": -1.0}, unk_token="[UNK]").vocab == {"[UNK]": 0, "a": 1}
 
 
 def test_train_unigram_on_a_small_corpus():
@@ -326,14 +330,15 @@ def test_train_unigram_on_a_small_corpus():
 
 
 def test_ties_go_to_the_first_segmentation_found_as_in_tokenizers():
-    from tokenizers import models
+    with _deadline(5):  # a loop that never ends fails here, fast
+        from tokenizers import models
 
-    tok = U.UnigramTokenizer({"a": -1.0, "b": -1.0, "ab": -2.0, "ba": -2.0})
-    hf = models.Unigram(tok.vocab_with_scores(), unk_id=0, byte_fallback=False)
-    for word, ours in (("ab", ["ab"]), ("aba", ["a", "ba"]), ("bab", ["b", "ab"])):
-        assert tok.tokenize_word(word) == ours == [t.value for t in hf.tokenize(word)]
-    with pytest.raises(ValueError, match="the empty string is not a piece"):
-        U.UnigramTokenizer({"a": -1.0, "": -2.0})
+        tok = U.UnigramTokenizer({"a": -1.0, "b": -1.0, "ab": -2.0, "ba": -2.0})
+        hf = models.Unigram(tok.vocab_with_scores(), unk_id=0, byte_fallback=False)
+        for word, ours in (("ab", ["ab"]), ("aba", ["a", "ba"]), ("bab", ["b", "ab"])):
+            assert tok.tokenize_word(word) == ours == [t.value for t in hf.tokenize(word)]
+        with pytest.raises(ValueError, match="the empty string is not a piece"):
+            U.UnigramTokenizer({"a": -1.0, "": -2.0})
 
 
 def test_train_unigram_defaults_are_sentencepieces(capsys):
@@ -378,10 +383,11 @@ def test_loops_end_on_tiny_inputs():
 
 def test_train_unigram_smallest_vocabulary_and_default_unk_token():
     """Two tokens: the unknown token and the one character of the words given as counts."""
-    tok = train_unigram({"aa": 3}, 2)
-    assert tok.vocab == {"<unk>": 0, "a": 1} and tok.tokenize_word("ab") == ["a", "<unk>"]
-    with pytest.raises(ValueError, match="vocab_size must be >= 2, got 1"):
-        train_unigram({"aa": 3}, 1)
+    with _deadline(5):  # a loop that never ends fails here, fast
+        tok = train_unigram({"aa": 3}, 2)
+        assert tok.vocab == {"<unk>": 0, "a": 1} and tok.tokenize_word("ab") == ["a", "<unk>"]
+        with pytest.raises(ValueError, match="vocab_size must be >= 2, got 1"):
+            train_unigram({"aa": 3}, 1)
 
 
 def test_train_unigram_seed_size_progress_and_messages(capsys):
@@ -408,3 +414,9 @@ def test_normalise_breaks_ties_alphabetically_and_scores_must_be_finite():
     for bad in (-math.inf, math.nan):
         with pytest.raises(ValueError, match="every score must be a finite log-probability"):
             U.UnigramTokenizer({"a": -1.0, "b": bad})
+
+
+def test_viterbi_loop_ends():
+    """The fastest test of Viterbi (mutmut runs the fastest test first), under the alarm."""
+    with _deadline(5):
+        assert U._viterbi("ab", {"a": -1.0, "b": -2.0, "ab": -2.5}, 2, -20.0) == (["ab"], -2.5)
