@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,3 +62,21 @@ def load_tool(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextmanager
+def deadline(seconds: float):
+    """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock):
+    for loops that must end on tiny inputs in microseconds (a mutant that loops forever
+    fails here at once, rather than at mutmut's CPU limit)."""
+
+    def fail(*_):
+        raise TimeoutError(f"over {seconds} s on a tiny input: a loop that does not end")
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

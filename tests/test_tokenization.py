@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from collections import Counter
-from contextlib import contextmanager
 from functools import cache
 
 import pytest
@@ -29,6 +27,7 @@ from course_lib.tokenization import (
     word_counts,
     wordpiece_tokenize,
 )
+from tests.conftest import deadline
 
 
 @cache
@@ -130,13 +129,13 @@ def test_incremental_training_equals_the_naive_loop():
 
 
 def test_merge_pair_does_not_overlap():
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         assert merge_pair(["a", "a", "a"], ("a", "a"), "aa") == ["aa", "a"]
         assert merge_pair(["a", "b", "a", "b"], ("a", "b"), "ab") == ["ab", "ab"]
 
 
 def test_min_frequency_stops_training():
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         tok = train_bpe("ab ab ab cd", 100, min_frequency=2)
         assert tok.merges == [("a", "b")]  # 'cd' occurs once
 
@@ -165,7 +164,7 @@ def test_wordpiece_matches_hf_wordpiece():
 
 
 def test_wordpiece_greedy_longest_match():
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         vocab = {"un", "##want", "##ed", "want", "##w", "##a", "##n", "##t", "##e", "##d"}
         assert wordpiece_tokenize("unwanted", vocab) == ["un", "##want", "##ed"]
         assert wordpiece_tokenize("unknown", vocab) == ["[UNK]"]  # no piece for 'k'
@@ -342,7 +341,7 @@ def test_bpe_progress_bar(capsys):
 
 
 def test_wordpiece_options():
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         vocab = {"ab": 0, "@@c": 1, "c": 2, "a": 3}
         assert wordpiece_tokenize("abc", vocab, prefix="@@") == ["ab", "@@c"]
         assert wordpiece_tokenize("abc", list(vocab), prefix="@@") == ["ab", "@@c"]
@@ -390,25 +389,8 @@ def test_word_characters_from_a_fresh_pattern():
     assert tokenization._is_word_character(ord("_")) and not tokenization._is_word_character(0x24B5)
 
 
-@contextmanager
-def _deadline(seconds: float):
-    """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock):
-    the loops below must end on these tiny inputs in microseconds."""
-
-    def fail(*_):
-        raise TimeoutError(f"over {seconds} s on a tiny input: a loop that does not end")
-
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def test_loops_end_on_tiny_inputs():
-    with _deadline(5):
+    with deadline(5):
         assert merge_pair(["a", "b", "a", "b", "c"], ("a", "b"), "ab") == ["ab", "ab", "c"]
         assert merge_pair(["c", "a", "b"], ("a", "b"), "ab") == ["c", "ab"]
         assert merge_pair([], ("a", "b"), "ab") == []
@@ -427,14 +409,14 @@ def test_bpe_progress_bar_counts_the_merges(capsys):
 def test_wordpiece_never_matches_an_empty_piece():
     """A vocabulary holding the bare prefix ("##") or "": an empty rest of the word is no
     piece, so "b" cannot be matched and the word is [UNK] (and the loop ends)."""
-    with _deadline(5):
+    with deadline(5):
         assert wordpiece_tokenize("ab", {"a", "##", ""}) == ["[UNK]"]
 
 
 def test_merge_pair_and_wordpiece_loops_end():
     """The fastest tests of these two loops (mutmut runs the fastest test first), under
     the alarm: a loop that never ends fails here within seconds."""
-    with _deadline(5):
+    with deadline(5):
         assert merge_pair(["a", "b", "a", "b"], ("a", "b"), "ab") == ["ab", "ab"]
         assert merge_pair(["b", "a", "b"], ("a", "b"), "ab") == ["b", "ab"]
         assert wordpiece_tokenize("ab", {"a", "##b"}) == ["a", "##b"]

@@ -8,9 +8,7 @@ trainer must learn a vocabulary close to its ``UnigramTrainer``'s.
 from __future__ import annotations
 
 import json
-import signal
 from collections import Counter
-from contextlib import contextmanager
 from functools import cache
 
 import pytest
@@ -23,6 +21,7 @@ from course_lib.unigram import (
     metaspace_pre_tokenize,
     train_unigram,
 )
+from tests.conftest import deadline
 
 
 @cache
@@ -107,7 +106,7 @@ def _segmentations(word: str, pieces: set[str]):
 
 
 def test_unigram_viterbi_is_the_best_segmentation():
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         g = torch.Generator().manual_seed(0)
         pieces = ["a", "b", "c", "ab", "bc", "abc", "ca", "cab", "bca"]
         scores = dict(
@@ -283,7 +282,7 @@ def test_em_round_and_prune_against_brute_force():
 
 
 def test_tokenizer_ids_scores_and_unknowns():
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         tok = U.UnigramTokenizer({"a": -1.0, "b": -3.0, "ab": -3.5})
         assert tok.vocab == {"<unk>": 0, "a": 1, "b": 2, "ab": 3} and len(tok) == 4
         assert tok.vocab_with_scores() == [("<unk>", 0.0), ("a", -1.0), ("b", -3.0), ("ab", -3.5)]
@@ -330,7 +329,7 @@ def test_train_unigram_on_a_small_corpus():
 
 
 def test_ties_go_to_the_first_segmentation_found_as_in_tokenizers():
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         from tokenizers import models
 
         tok = U.UnigramTokenizer({"a": -1.0, "b": -1.0, "ab": -2.0, "ba": -2.0})
@@ -357,24 +356,8 @@ def test_train_unigram_defaults_are_sentencepieces(capsys):
     assert tok.vocab["[?]"] == 0 and U.UnigramTokenizer({"a": -1.0}).unk_token == "<unk>"
 
 
-@contextmanager
-def _deadline(seconds: float):
-    """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock)."""
-
-    def fail(*_):
-        raise TimeoutError(f"over {seconds} s on a tiny input: a loop that does not end")
-
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def test_loops_end_on_tiny_inputs():
-    with _deadline(5):
+    with deadline(5):
         assert U._viterbi("ab", {"a": -1.0, "b": -1.0}, 1, -20.0) == (["a", "b"], -2.0)
         assert U._viterbi("", {"a": -1.0}, 1, -20.0) == ([], 0.0)
         tok = train_unigram("ab ab ba", 6)
@@ -383,7 +366,7 @@ def test_loops_end_on_tiny_inputs():
 
 def test_train_unigram_smallest_vocabulary_and_default_unk_token():
     """Two tokens: the unknown token and the one character of the words given as counts."""
-    with _deadline(5):  # a loop that never ends fails here, fast
+    with deadline(5):  # a loop that never ends fails here, fast
         tok = train_unigram({"aa": 3}, 2)
         assert tok.vocab == {"<unk>": 0, "a": 1} and tok.tokenize_word("ab") == ["a", "<unk>"]
         with pytest.raises(ValueError, match="vocab_size must be >= 2, got 1"):
@@ -418,5 +401,5 @@ def test_normalise_breaks_ties_alphabetically_and_scores_must_be_finite():
 
 def test_viterbi_loop_ends():
     """The fastest test of Viterbi (mutmut runs the fastest test first), under the alarm."""
-    with _deadline(5):
+    with deadline(5):
         assert U._viterbi("ab", {"a": -1.0, "b": -2.0, "ab": -2.5}, 2, -20.0) == (["ab"], -2.5)
