@@ -499,3 +499,16 @@ def test_layer_defaults_are_pygs(ours, theirs):
         assert getattr(mine, name) == getattr(ref, name), name
     assert mine.bias.shape == ref.bias.shape
     assert (gat.GCNLayer(5, 4).bias is None) == (GCNConv(5, 4).bias is None)
+
+
+def test_edge_functions_keep_the_device():
+    """On the meta device (no data) with no edge (so no node id is read): what is made
+    inside follows the edge list's device."""
+    import torch.fx.experimental._config as fx_config
+
+    empty = torch.zeros(2, 0, dtype=torch.long, device="meta")
+    x = torch.zeros(3, 2, device="meta")
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # boolean indexing on meta
+        assert gat.to_dense_adjacency(empty, 3).device.type == "meta"
+        assert gat.add_self_loops(empty, 3).device.type == "meta"
+        assert gat.GCNLayer(2, 2).to("meta")(x, empty).device.type == "meta"
