@@ -512,3 +512,15 @@ def test_edge_functions_keep_the_device():
         assert gat.to_dense_adjacency(empty, 3).device.type == "meta"
         assert gat.add_self_loops(empty, 3).device.type == "meta"
         assert gat.GCNLayer(2, 2).to("meta")(x, empty).device.type == "meta"
+
+
+def test_parameters_are_named_and_shaped_as_pygs():
+    """The module docstring's promise: a layer's weights copy into PyG's layer unchanged
+    (same names, same shapes, nothing extra such as an unused bias of ``lin``)."""
+    for ours, theirs in (
+        (gat.GCNLayer(5, 4), GCNConv(5, 4)),
+        (gat.GATLayer(5, 4, heads=2), GATConv(5, 4, heads=2)),
+        (gat.GATv2Layer(5, 4, heads=2), GATv2Conv(5, 4, heads=2)),
+    ):
+        shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+        assert shapes == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
