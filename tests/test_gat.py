@@ -499,3 +499,28 @@ def test_layer_defaults_are_pygs(ours, theirs):
         assert getattr(mine, name) == getattr(ref, name), name
     assert mine.bias.shape == ref.bias.shape
     assert (gat.GCNLayer(5, 4).bias is None) == (GCNConv(5, 4).bias is None)
+
+
+def test_edge_functions_keep_the_device():
+    """On the meta device (no data) with no edge (so no node id is read): what is made
+    inside follows the edge list's device."""
+    import torch.fx.experimental._config as fx_config
+
+    empty = torch.zeros(2, 0, dtype=torch.long, device="meta")
+    x = torch.zeros(3, 2, device="meta")
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # boolean indexing on meta
+        assert gat.to_dense_adjacency(empty, 3).device.type == "meta"
+        assert gat.add_self_loops(empty, 3).device.type == "meta"
+        assert gat.GCNLayer(2, 2).to("meta")(x, empty).device.type == "meta"
+
+
+def test_parameters_are_named_and_shaped_as_pygs():
+    """The module docstring's promise: a layer's weights copy into PyG's layer unchanged
+    (same names, same shapes, nothing extra such as an unused bias of ``lin``)."""
+    for ours, theirs in (
+        (gat.GCNLayer(5, 4), GCNConv(5, 4)),
+        (gat.GATLayer(5, 4, heads=2), GATConv(5, 4, heads=2)),
+        (gat.GATv2Layer(5, 4, heads=2), GATv2Conv(5, 4, heads=2)),
+    ):
+        shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+        assert shapes == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
