@@ -101,6 +101,22 @@ def _wait_for(driver, script: str, timeout: float = 20.0):
     return driver.execute_script(script)
 
 
+# The theme's colours change with CSS transitions (Bootstrap's .btn: 0.15 s): a check
+# run in the middle of one sees a half-changed colour (CI saw the search button's text
+# fail axe's contrast rule on three pages that way). Wait for every transition to end.
+TRANSITIONS_DONE = (
+    "return document.getAnimations().every("
+    "a => !(a instanceof CSSTransition) || a.playState === 'finished')"
+)
+
+
+def _set_theme(driver, mode: str) -> None:
+    """Switch the theme to `mode` ("light" or "dark") and wait until its colours settle."""
+    driver.execute_script("document.documentElement.dataset.theme = arguments[0]", mode)
+    time.sleep(0.05)  # let the style recalculation start the transitions
+    assert _wait_for(driver, TRANSITIONS_DONE), f"the {mode} theme's transitions never ended"
+
+
 def _pages() -> list[str]:
     return _toc_files()
 
@@ -194,7 +210,7 @@ def test_page_has_no_serious_accessibility_violation(browser, site_url, book_bui
     for what the theme and the widget renderer write are in book/_static/a11y.js)."""
     browser.get(f"{site_url}/{page}.html")
     _wait_for(browser, "return document.readyState === 'complete'")
-    browser.execute_script("document.documentElement.dataset.theme = arguments[0]", mode)
+    _set_theme(browser, mode)
     source = (ROOT / f"{page}.ipynb").read_text() if (ROOT / f"{page}.ipynb").exists() else ""
     if "widgets" in source:  # let the widgets draw (a11y.js names their sliders)
         _wait_for(browser, "return document.querySelectorAll('.jupyter-widgets').length")
@@ -338,10 +354,9 @@ def test_figures_are_readable_in_light_and_dark_mode(browser, site_url):
     _wait_for(browser, "return document.readyState === 'complete'")
     contrast = {}
     for mode in ("light", "dark"):
-        browser.execute_script("document.documentElement.dataset.theme = arguments[0]", mode)
+        _set_theme(browser, mode)
         img = browser.find_element("css selector", f"#{name} img")
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", img)
-        time.sleep(0.5)  # the theme's colours change with a transition
         contrast[mode] = _ink_contrast(img.screenshot_as_png)
     browser.execute_script(
         "const s = document.createElement('style'); s.id = 'no-panel';"
