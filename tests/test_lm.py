@@ -234,3 +234,21 @@ def test_char_vocab_and_batches_errors():
         vocab.encode("abz")
     with pytest.raises(ValueError, match=r"got \[2, 3\]"):
         lm.batches(torch.zeros(2, 3, dtype=torch.long), 4, 2, generator=torch.Generator())
+
+
+# --- members_lm_loss: the next-token loss of each member of a Stacked model (Chapter 11) ---
+
+
+def test_members_lm_loss_is_each_members_lm_loss():
+    from course_lib.ensemble import Stacked
+
+    config = TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu")
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(lm.PositionalLM(config, 11, "learned"))
+    x = torch.randint(11, (4, 8))
+    y = torch.randint(11, (4, 8))
+    got = lm.members_lm_loss(Stacked(models), (x, y))
+    want = torch.stack([lm.lm_loss(m, (x, y)) for m in models])
+    assert got.shape == (3,) and torch.allclose(got, want, atol=1e-6)
