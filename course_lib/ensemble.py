@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from course_lib.training import Callback, Run, train
+from course_lib.training import Callback, Run, adamw_step, train
 
 __all__ = ["Stacked", "train_stacked", "BestPerMember", "member_batches"]
 
@@ -66,8 +66,9 @@ class Stacked(nn.Module):
         self.num_members = len(models)
         self._names = list(params)
         self._buffer_names = list(buffers)
-        for name, value in params.items():
-            self.register_parameter(_key(name), nn.Parameter(value.detach().clone()))
+        for name, value in params.items():  # a frozen weight (LoRA's base) stays frozen
+            frozen = nn.Parameter(value.detach().clone(), requires_grad=value.requires_grad)
+            self.register_parameter(_key(name), frozen)
         for name, value in buffers.items():
             self.register_buffer(_key(name), value.detach().clone())
         self._template = [copy.deepcopy(models[0]).to("meta")]  # a list: not a submodule
@@ -146,17 +147,38 @@ def clip_grad_norm_per_member(parameters: Sequence[Tensor], max_norm: float) -> 
 
 
 class _AdamWClippedPerMember(torch.optim.AdamW):
-    """AdamW (elementwise, so independent per member) after clipping per member."""
+    """AdamW (elementwise, so independent per member) after clipping per member.
 
-    def __init__(self, params: list[nn.Parameter], max_norm: float | None, **kw: Any) -> None:
+    ``member_lr`` [K], if given, multiplies the group's rate member by member: member
+    ``k`` takes the update of AdamW at rate ``lr * member_lr[k]``
+    (:func:`course_lib.training.adamw_step`, with the rate broadcast over its slice).
+    """
+
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        max_norm: float | None,
+        member_lr: Tensor | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(params, **kw)
-        self.max_norm = max_norm
+        self.max_norm, self.member_lr = max_norm, member_lr
 
     @torch.no_grad()
     def step(self, closure: Callable | None = None) -> Any:
         if self.max_norm is not None:
             clip_grad_norm_per_member(self.param_groups[0]["params"], self.max_norm)
-        return super().step(closure)
+        if self.member_lr is None:
+            return super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                lr = group["lr"] * self.member_lr.to(p.device, p.dtype)  # [K]
+                lr = lr.view(-1, *([1] * (p.dim() - 1)))  #              [K, 1, ...]
+                adamw_step(p, p.grad, self.state[p], lr, group["betas"], group["eps"],
+                           group["weight_decay"])  # fmt: skip
+        return None
 
 
 def train_stacked(
@@ -164,7 +186,7 @@ def train_stacked(
     make_batch: Callable[[], Any],
     loss_fn: Callable[[nn.Module, Any], Tensor],
     steps: int,
-    lr: float = 1e-3,
+    lr: float | Sequence[float] = 1e-3,
     *,
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
@@ -177,10 +199,22 @@ def train_stacked(
     ``loss_fn(model, batch)`` returns the members' losses ``[K]``; their *sum* is
     minimised, so member ``k``'s gradient is that of its own loss.  Gradients are
     clipped per member (:func:`clip_grad_norm_per_member`) before each AdamW
-    step; returns the summed loss of each update.
+    step; returns the summed loss of each update.  ``lr`` is one rate for every
+    member or a sequence of ``K`` rates, one per member (a learning-rate grid
+    trained as one model; a :class:`~course_lib.training.Schedule` multiplies
+    each); only parameters with ``requires_grad`` train.
     """
     if not isinstance(model, Stacked):
         raise TypeError(f"train_stacked: needs a Stacked model, got {type(model).__name__}")
+    member_lr = None
+    if not isinstance(lr, (int, float)):
+        member_lr = torch.as_tensor(list(lr), dtype=torch.float64)
+        if member_lr.shape != (model.num_members,) or not (member_lr > 0).all():
+            raise ValueError(
+                f"train_stacked: lr must be one rate or {model.num_members} positive rates "
+                f"(one per member), got {list(lr)}"
+            )
+        lr = 1.0  # the group's rate: the schedule's factor times each member's own rate
 
     def summed(m: nn.Module, batch: Any) -> Tensor:
         losses = loss_fn(m, batch)
@@ -192,7 +226,9 @@ def train_stacked(
         return losses.sum()
 
     def optimizer(params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        return _AdamWClippedPerMember(params, clip_norm, lr=lr, weight_decay=weight_decay)
+        return _AdamWClippedPerMember(
+            params, clip_norm, member_lr, lr=lr, weight_decay=weight_decay
+        )
 
     return train(
         model, make_batch, summed, steps, lr, clip_norm=None, optimizer=optimizer,

@@ -6,7 +6,8 @@ size:
 * :class:`CharVocab`: characters <-> integers;
 * :func:`batches`: random windows of a token stream as ``(inputs, next tokens)``;
 * :func:`lm_loss`: the next-token objective, Chapter 11, eq. (11.1),
-  ``L = -1/T sum_t log p(x_{t+1} | x_{<=t})``;
+  ``L = -1/T sum_t log p(x_{t+1} | x_{<=t})``; :func:`members_lm_loss`, the same
+  for each member of a :class:`course_lib.ensemble.Stacked` model reading one batch;
 * :func:`train_lm`: the course's loop (:func:`course_lib.training.train`) on
   those windows with that loss;
 * :func:`train_lm_seeds`: the same training for several copies of one model
@@ -43,6 +44,7 @@ __all__ = [
     "CharVocab",
     "batches",
     "lm_loss",
+    "members_lm_loss",
     "train_lm",
     "train_lm_seeds",
     "evaluate_lm",
@@ -107,6 +109,21 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     x, y = batch
     logits = model(x)  #                                                       [B, T, V]
     return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+
+def members_lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """(11.1) for each of the ``K`` members of a ``Stacked`` model, all reading ``batch``; ``[K]``.
+
+    ``batch = (inputs [B, T], targets [B, T])`` as :func:`batches` makes them;
+    ``model.shared(inputs)`` gives every member's logits ``[K, B, T, V]``.  The loss for
+    :func:`course_lib.ensemble.train_stacked` (a grid of learning rates on the same
+    batches, Chapter 11).
+    """
+    x, y = batch
+    logits = model.shared(x)  #                                               [K, B, T, V]
+    k = logits.shape[0]
+    nll = F.cross_entropy(logits.flatten(0, 2), y.expand(k, *y.shape).flatten(), reduction="none")
+    return nll.view(k, -1).mean(1)  #                                          [K]
 
 
 def train_lm(

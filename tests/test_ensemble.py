@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -222,3 +224,64 @@ def test_member_batches_draws_what_each_members_stream_would():
         member_batches(data, 6, [torch.Generator()])
     with pytest.raises(ValueError, match="member 1 needs 2 tensors with the same number of rows"):
         member_batches([data[0], (torch.zeros(4), torch.zeros(5))], 6, [torch.Generator()] * 2)
+
+
+# --- a learning-rate grid trained as one model; frozen weights stay frozen (Chapters 11, 12) ---
+
+
+def _tiny_gpts(n: int, adapt=None):
+    from course_lib import gpt
+
+    torch.manual_seed(0)
+    config = TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu")
+    base = gpt.GPT(config, 11)
+    return [adapt(copy.deepcopy(base)) if adapt else copy.deepcopy(base) for _ in range(n)]
+
+
+def _lm_loss_per_member(model, window):
+    x, y = window[:, :-1], window[:, 1:]  # [B, T]: every member reads the same windows
+    logits = model.shared(x)  # [K, B, T, V]
+    nll = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 2), y.expand(logits.shape[0], *y.shape).flatten(), reduction="none"
+    )
+    return nll.view(logits.shape[0], -1).mean(1)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_per_member_learning_rates_equal_separate_runs(method):
+    """lr=[a, b, c]: member k ends where a separate train() run at lr[k] ends, on the same
+    batches and schedule; with LoRA the frozen base is neither trained nor decayed."""
+    from course_lib import gpt
+
+    adapt = (lambda m: gpt.add_qv_lora(m, r=2, alpha=4.0)) if method == "lora" else None
+    models = _tiny_gpts(K, adapt)
+    lrs = (1e-3, 1e-2, 3e-2)
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(11, (4, 9), generator=g) for _ in range(5)]
+    stacked = Stacked(models)
+    trainable = {n for n, p in stacked.named_parameters() if p.requires_grad}
+    if method == "lora":
+        assert trainable and all("lora" in n for n in trainable)  # only the factors
+    before = {n: p.detach().clone() for n, p in stacked.named_parameters()}
+    it = iter(batches)
+    losses = train_stacked(
+        stacked, lambda: next(it), _lm_loss_per_member, 5, lrs,
+        callbacks=[Schedule(warmup_cosine(2, 5))],
+    )  # fmt: skip
+    total = torch.zeros(5)
+    for k, lr in enumerate(lrs):
+        alone = copy.deepcopy(models[k])  # Stacked copied the members: they did not train
+        it_k = iter(batches)
+        total += torch.tensor(train(
+            alone, lambda it_k=it_k: next(it_k),
+            lambda m, b: torch.nn.functional.cross_entropy(m(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten()),
+            5, lr, callbacks=[Schedule(warmup_cosine(2, 5))], progress=False,
+        ))  # fmt: skip
+        x = torch.randint(11, (3, 8), generator=g)
+        with torch.no_grad():
+            assert torch.allclose(stacked.member(k).eval()(x), alone.eval()(x), atol=1e-5)
+    assert torch.allclose(torch.tensor(losses), total, atol=1e-4)
+    for n, p in stacked.named_parameters():
+        assert torch.equal(p, before[n]) == (n not in trainable), n  # frozen: bit for bit
+    with pytest.raises(ValueError, match="one per member"):
+        train_stacked(stacked, lambda: None, _lm_loss_per_member, 1, [1e-3, 1e-3])

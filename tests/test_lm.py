@@ -251,3 +251,21 @@ def test_train_lm_seeds_foreach_adamw_gives_the_loops_weights(monkeypatch):
     for a, b in zip(fast, slow, strict=True):
         for p, q in zip(a.parameters(), b.parameters(), strict=True):
             assert torch.equal(p, q)
+
+
+# --- members_lm_loss: the next-token loss of each member of a Stacked model (Chapter 11) ---
+
+
+def test_members_lm_loss_is_each_members_lm_loss():
+    from course_lib.ensemble import Stacked
+
+    config = TransformerConfig(d_model=16, num_heads=2, num_layers=1, max_len=8, activation="gelu")
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(lm.PositionalLM(config, 11, "learned"))
+    x = torch.randint(11, (4, 8))
+    y = torch.randint(11, (4, 8))
+    got = lm.members_lm_loss(Stacked(models), (x, y))
+    want = torch.stack([lm.lm_loss(m, (x, y)) for m in models])
+    assert got.shape == (3,) and torch.allclose(got, want, atol=1e-6)
