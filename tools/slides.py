@@ -49,8 +49,8 @@ import importlib.util
 import json
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -82,8 +82,7 @@ def _load_tool(name: str):
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CellPlan:
+class CellPlan(NamedTuple):
     type: str
     code: str = "hide"
     show: str = "condensed"
