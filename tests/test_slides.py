@@ -327,38 +327,31 @@ def test_deck_in_browser(slide_browser, slides_site, slides_url, notebook):
                 )
     assert not overflows, f"{deck.name}: slides overflow 1280x720:\n" + "\n".join(overflows)
 
-    # 4. the speaker view opens (the notes plugin, as the "s" key does)
-    driver.execute_script("Reveal.slide(1, 0)")
-    main = driver.current_window_handle
-    driver.execute_script("Reveal.getPlugin('notes').open()")
-    opened = _wait_new_window(driver, main)
-    assert opened, f"{deck.name}: the speaker-notes window did not open"
-    driver.switch_to.window(opened)
-    try:
-        view = _wait_for(
-            driver,
-            "return document.querySelector('.speaker-controls-notes, #speaker-controls') !== null",
-            20,
-        )
-        assert view, f"{deck.name}: the notes window shows no speaker view"
-    finally:
-        driver.close()
-        driver.switch_to.window(main)
+    # 4. the speaker view opens (the notes plugin, as the "s" key does). The window
+    # is read from here (it is same-origin) rather than switched to: it loads the
+    # deck twice more in iframes, and a busy renderer would time the switch out.
+    notes = driver.execute_script("return document.querySelectorAll('aside.notes').length")
+    assert notes, f"{deck.name}: no speaker notes in the deck"
+    driver.execute_script(
+        "const open = window.open; window.open = function () {"
+        " window.__notes = open.apply(window, arguments); return window.__notes; };"
+        "Reveal.slide(0, 0); Reveal.getPlugin('notes').open();"
+    )
+    view = _wait_for(
+        driver,
+        "const w = window.__notes; return !!(w && w.document &&"
+        " w.document.querySelector('.speaker-controls-notes'));",
+        30,
+    )
+    driver.execute_script("window.__notes && window.__notes.close()")
+    assert view, f"{deck.name}: the speaker-notes window did not open"
 
     errors = [
-        e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"
+        e["message"]
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and "favicon.ico" not in e["message"]  # the site has none
     ]
     assert not errors, f"{deck.name}: JavaScript errors:\n" + "\n".join(errors)
-
-
-def _wait_new_window(driver, main: str, timeout: float = 10.0) -> str | None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        others = [h for h in driver.window_handles if h != main]
-        if others:
-            return others[0]
-        time.sleep(0.2)
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -366,8 +359,10 @@ def _wait_new_window(driver, main: str, timeout: float = 10.0) -> str | None:
 # ---------------------------------------------------------------------------
 
 
-def test_chapter_pages_and_instructor_guide_link_the_decks(book_build):
-    html = book_build.html
+def test_chapter_pages_and_instructor_guide_link_the_decks(request):
+    if os.environ.get("COURSE_SLIDES_CACHE"):
+        pytest.skip("COURSE_SLIDES_CACHE tests the decks without the book build; the links need it")
+    html = request.getfixturevalue("book_build").html
     guide = (html / "book" / "instructor_guide.html").read_text()
     for notebook in CHAPTERS:
         name = slides.deck_name(notebook)

@@ -24,7 +24,10 @@ is and scrolls):
   ``show`` its source too;
 - ``show``: ``condensed`` (default) keeps a Markdown cell's headings,
   displayed equations, figures and short lists on the slide and moves its
-  prose paragraphs to the slide's speaker notes; ``all`` keeps everything.
+  prose paragraphs to the slide's speaker notes; ``all`` keeps everything;
+- ``outputs``: ``all`` (default), or ``figures``: only the plots and widgets
+  of a code cell (not the library source it shows, its tables or its text),
+  for a cell whose outputs together do not fit one slide.
 
 Commands::
 
@@ -86,6 +89,7 @@ class CellPlan(NamedTuple):
     type: str
     code: str = "hide"
     show: str = "condensed"
+    outputs: str = "all"
 
 
 def chapters(root: Path = ROOT) -> list[Path]:
@@ -123,9 +127,14 @@ def load_plan(notebook: Path) -> tuple[str, dict[str, CellPlan]]:
             spec = {"type": spec}
         if not isinstance(spec, dict) or spec.get("type") not in SLIDE_TYPES:
             raise PlanError(f"{where}: cell {cell_id}: type must be one of {SLIDE_TYPES}")
-        unknown = set(spec) - {"type", "code", "show"}
+        unknown = set(spec) - {"type", "code", "show", "outputs"}
         if unknown or spec.get("code", "hide") not in ("hide", "show"):
-            raise PlanError(f"{where}: cell {cell_id}: options are code: hide|show, show: ...")
+            raise PlanError(
+                f"{where}: cell {cell_id}: options are code: hide|show, "
+                "show: condensed|all, outputs: all|figures"
+            )
+        if spec.get("outputs", "all") not in ("all", "figures"):
+            raise PlanError(f"{where}: cell {cell_id}: outputs must be all or figures")
         if spec.get("show", "condensed") not in ("condensed", "all"):
             raise PlanError(f"{where}: cell {cell_id}: show must be condensed or all")
         cells[str(cell_id)] = CellPlan(**spec)
@@ -292,10 +301,18 @@ def _on_slide(block: str) -> bool:
 
 
 def condense(text: str) -> tuple[str, str]:
-    """(what a slide shows, what goes to its speaker notes) of a Markdown cell's source."""
+    """(what a slide shows, what goes to its speaker notes) of a Markdown cell's source.
+
+    Kept on the slide: headings, displayed equations, figures, short lists and
+    theorems, and the first paragraph of a chapter's title cell (its motivating
+    question). Everything else, the prose, becomes the slide's speaker notes.
+    """
     shown, notes = [], []
-    for block in _blocks(text):
-        (shown if _on_slide(block) else notes).append(block)
+    blocks = _blocks(text)
+    # A chapter's title cell opens with its motivating question: it stays.
+    opening = 1 if blocks and blocks[0].startswith("# ") else None
+    for index, block in enumerate(blocks):
+        (shown if index == opening or _on_slide(block) else notes).append(block)
     return "\n\n".join(shown), "\n\n".join(notes)
 
 
@@ -309,6 +326,14 @@ def _figure_without_caption(markdown: str) -> tuple[str, str]:
 
     text = re.sub(r"(!\[[^\]]*\]\([^)]*\))\n\n\*(.*?)\*\n", keep_image, markdown + "\n", flags=re.S)
     return text.rstrip("\n"), "\n\n".join(caption)
+
+
+def _is_figure(output: dict) -> bool:
+    """A plot or a widget (what a slide of ``outputs: figures`` keeps)."""
+    kinds = output.get("data", {})
+    return any(k.startswith("image/") for k in kinds) or (
+        "application/vnd.jupyter.widget-view+json" in kinds
+    )
 
 
 def _local_links(markdown: str, site: str) -> str:
@@ -394,6 +419,8 @@ def deck_notebook(notebook: Path, cache_dir: Path, converter=None):
                 cell.metadata["transient"] = {"remove_source": True}
             # glue outputs are hidden on the pages; keep them off the slides too
             cell.outputs = [o for o in cell.outputs if "scrapbook" not in o.get("metadata", {})]
+            if plan.outputs == "figures":
+                cell.outputs = [o for o in cell.outputs if _is_figure(o)]
             cells.append(cell)
             continue
         if cell.cell_type != "markdown":
