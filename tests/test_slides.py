@@ -232,9 +232,7 @@ def slide_browser():
         "--window-size=1280,720",
     ):
         options.add_argument(flag)
-    options.set_capability(
-        "goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"}
-    )
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
     driver.execute_cdp_cmd(
@@ -370,4 +368,3 @@ def test_chapter_pages_and_instructor_guide_link_the_decks(request):
         page = (html / "notebooks" / f"{notebook.stem}.html").read_text()
         assert f'href="../slides/{name}"' in page, f"{notebook.stem}: no link to its deck"
         assert f'href="../slides/{name}"' in guide, f"instructor guide: no link to {name}"
-

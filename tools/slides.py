@@ -410,7 +410,9 @@ def deck_notebook(notebook: Path, cache_dir: Path, converter=None):
     converter.doc, converter.cited = doc, []
     cells = []
     for cell in nb.cells:
-        plan = plans.get(cell.get("id"), CellPlan(cell.metadata.get("slideshow", {}).get("slide_type", "skip")))
+        plan = plans.get(
+            cell.get("id"), CellPlan(cell.metadata.get("slideshow", {}).get("slide_type", "skip"))
+        )
         kind = cell.metadata.get("slideshow", {}).get("slide_type", "skip")
         if kind == "skip":
             continue
@@ -436,7 +438,9 @@ def deck_notebook(notebook: Path, cache_dir: Path, converter=None):
         cells.append(cell)
         if notes:
             cells.append(
-                nbformat.v4.new_markdown_cell(notes, metadata={"slideshow": {"slide_type": "notes"}})
+                nbformat.v4.new_markdown_cell(
+                    notes, metadata={"slideshow": {"slide_type": "notes"}}
+                )
             )
     nb.cells = cells
     return nb
@@ -460,7 +464,9 @@ def _exporter():
     return exporter
 
 
-def export(out: Path, cache_dir: Path = DEFAULT_CACHE, notebooks: list[Path] | None = None) -> list[Path]:
+def export(
+    out: Path, cache_dir: Path = DEFAULT_CACHE, notebooks: list[Path] | None = None
+) -> list[Path]:
     """Write one reveal.js deck per chapter into ``out`` (``slides/`` of the site)."""
     out.mkdir(parents=True, exist_ok=True)
     exporter = _exporter()
