@@ -231,7 +231,7 @@ def draft(notebook: Path) -> str:
                 kind = None
             elif text.startswith("## "):
                 kind = "slide"
-            elif text.startswith("### ") or "{figure}" in text or "$$" in text:
+            elif text.startswith("### ") or re.search(r"\{figure\}|\{prf:|\$\$", text):
                 kind = "subslide"
             else:
                 kind = "notes"
