@@ -32,6 +32,13 @@
   (``cases``, ``pmatrix``, ``aligned``) gets its tag moved after the ``split``
   that Sphinx wraps it in, where MathJax accepts it (:func:`tag_outside_split`);
   otherwise the website shows it as a MathJax error.
+
+
+- Lecture slides (``tools/slides.py``): at the end of every HTML build, one
+  reveal.js deck per chapter is written under ``slides/`` from the executed
+  notebooks of MyST-NB's execution cache (nothing is executed again); each
+  chapter page links its deck below its title, and the ``course-slides``
+  directive (the instructor guide) lists every deck.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -40,15 +47,20 @@
 from __future__ import annotations
 
 import html
+import importlib.util
 import json
 import re
 from collections.abc import Callable
+
+
 from pathlib import Path
 
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
+from sphinx.util.osutil import relative_uri
 
 BUDGET_SECONDS = 60.0
 SWEEP_FILE = Path(__file__).resolve().parents[1] / "sweep.json"
@@ -56,6 +68,9 @@ BENCHMARKS_FILE = Path(__file__).resolve().parents[1] / "benchmarks.json"
 GPU_RUN_FILE = Path(__file__).resolve().parents[1] / "gpu_run.json"
 COLAB_RUN_FILE = Path(__file__).resolve().parents[1] / "colab_run.json"
 MUTATION_FILE = Path(__file__).resolve().parents[1] / "mutation.json"
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER_DOC = re.compile(r"^notebooks/ch\d\d_\w+$")
+logger = logging.getLogger(__name__)
 
 
 class CourseHardware(SphinxDirective):
@@ -444,6 +459,70 @@ def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> No
     scripts[:] = unique  # in place: later handlers (MathJax) append to this list
 
 
+def _slides_tool():
+    """tools/slides.py, the one implementation of the lecture plans and decks."""
+    spec = importlib.util.spec_from_file_location("course_slides", ROOT / "tools" / "slides.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _deck_uri(app: Sphinx, docname: str, chapter: str) -> str:
+    """The relative address of a chapter's deck from the page ``docname``."""
+    target = f"slides/{_slides_tool().deck_name(chapter)}"
+    return relative_uri(app.builder.get_target_uri(docname), target)
+
+
+def _link_chapter_deck(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Below a chapter's title: a link to its lecture slides."""
+    if app.builder.format != "html" or not CHAPTER_DOC.match(docname):
+        return
+    section = next(iter(doctree.findall(nodes.section)), None)
+    if section is None or not isinstance(section[0], nodes.title):
+        return
+    link = nodes.reference("", "Lecture slides", refuri=_deck_uri(app, docname, docname))
+    para = nodes.paragraph("", "", link, classes=["course-slides-link"])
+    para += nodes.Text(" (reveal.js; press S for the speaker notes)")
+    section.insert(1, para)
+
+
+class CourseSlides(SphinxDirective):
+    """A list of every chapter's lecture deck (the instructor guide)."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        items = nodes.bullet_list(classes=["course-slides-list"])
+        for notebook in _slides_tool().chapters():
+            doc = notebook.relative_to(ROOT).with_suffix("").as_posix()
+            para = nodes.paragraph()
+            para += nodes.reference("", notebook.stem, refuri=f"slides:{doc}")
+            items += nodes.list_item("", para)
+        return [items]
+
+
+def _resolve_deck_links(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    for ref in doctree.findall(nodes.reference):
+        uri = ref.get("refuri", "")
+        if uri.startswith("slides:"):
+            ref["refuri"] = _deck_uri(app, docname, uri.removeprefix("slides:"))
+
+
+def _write_decks(app: Sphinx, exception: Exception | None) -> None:
+    """One reveal.js deck per chapter under slides/, from the execution cache."""
+    if exception is not None or app.builder.format != "html":
+        return
+    cache = app.env.mystnb_config.execution_cache_path
+    cache = Path(cache) if cache else Path(app.outdir).parent / ".jupyter_cache"
+    slides = _slides_tool()
+    try:
+        written = slides.export(Path(app.outdir) / "slides", cache.resolve())
+    except slides.PlanError as exc:
+        logger.warning(f"lecture slides not written: {exc}")
+        return
+    logger.info(f"lecture slides: {len(written)} decks written to {Path(app.outdir) / 'slides'}")
+
+
 def setup(app: Sphinx) -> dict:
     app.add_directive("course-hardware", CourseHardware)
     app.add_directive("course-heavy-notebooks", CourseHeavyNotebooks)
@@ -452,6 +531,10 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("course-gpu-run", CourseGpuRun)
     app.add_directive("course-colab-run", CourseColabRun)
     app.add_directive("course-mutation", CourseMutation)
+    app.add_directive("course-slides", CourseSlides)
+    app.connect("doctree-resolved", _link_chapter_deck)
+    app.connect("doctree-resolved", _resolve_deck_links)
+    app.connect("build-finished", _write_decks)
     app.add_node(_HeavyNotebooks)
     app.add_post_transform(_FillHeavyNotebooks)
     app.add_post_transform(_TagOutsideSplit)
