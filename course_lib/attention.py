@@ -5,8 +5,8 @@ weights and context they give, eqs. (2.2)-(2.3), and the modules
 :class:`AdditiveAttention` and :class:`LuongAttention`; the seq2seq models that
 use them are in :mod:`course_lib.seq2seq`.  Chapter 3 (self-attention):
 :func:`scaled_dot_product_attention`, eq. (3.2), :class:`MultiHeadAttention`,
-eq. (3.5), and :func:`record_attention`.  Chapter 6 (the geometry of attention):
-:func:`cosine_attention`, eq. (6.7).  Equation numbers refer to those
+eq. (3.6), and :func:`record_attention`.  Chapter 6 (the geometry of attention):
+:func:`cosine_attention`, eq. (6.6).  Equation numbers refer to those
 chapters; each function writes its equation beside the code and names the
 tensor shapes.
 
@@ -18,7 +18,7 @@ two differ; Chapter 2's scores also take queries of another width, ``d_q``),
 
 Masks follow the library's convention, :mod:`course_lib.masks`: a boolean mask
 is True where a query may attend, a float mask is added to the scores, and a
-query that may see no key gets zero weights, eq. (3.6).
+query that may see no key gets zero weights, eq. (3.5).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = [
     "attend",
     "AdditiveAttention",
     "LuongAttention",
-    # self-attention (Chapter 3, eqs. (3.1)-(3.5))
+    # self-attention (Chapter 3, eqs. (3.1)-(3.6))
     "scaled_dot_product_attention",
     "cosine_attention",
     "MultiHeadAttention",
@@ -267,7 +267,7 @@ def scaled_dot_product_attention(
     defaults to ``1 / sqrt(d_k)``.  ``dropout_p`` drops weights (pass 0 in eval).
 
     Returns the output [..., T, d_v], or ``(output, weights [..., T, S])`` when
-    ``return_weights``.  A fully masked row gives zero weights and a zero output (3.6).
+    ``return_weights``.  A fully masked row gives zero weights and a zero output (3.5).
     ``check=False`` skips the argument checks (for a caller that has made them).
     """
     if check:  # False from a caller that has checked these already (MultiHeadAttention)
@@ -278,7 +278,7 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     scores = query @ key.transpose(-2, -1)  # Q K^T                          [..., T, S]
     scores.mul_(scale)  # / sqrt(d_k), in place: no second [..., T, S] buffer
-    weights = masked_softmax(scores, mask, check=False)  # (3.3), (3.6)        [..., T, S]
+    weights = masked_softmax(scores, mask, check=False)  # (3.3), (3.5)        [..., T, S]
     if dropout_p > 0.0:
         weights = F.dropout(weights, dropout_p)
     out = weights @ value  # (3.2)  softmax(...) V                             [..., T, d_v]
@@ -295,7 +295,7 @@ def cosine_attention(
     eps: float = 1e-6,
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Cosine (QK-normalised) attention, Chapter 6, eq. (6.7).
+    """Cosine (QK-normalised) attention, Chapter 6, eq. (6.6).
 
     ``softmax(scale * cos(q_i, k_j) + M) V``, with ``cos(q, k) = q . k / (|q| |k|)``:
     queries and keys are scaled to unit length first, so every score lies in
@@ -322,7 +322,7 @@ def cosine_attention(
         )
     q = F.normalize(query, dim=-1, eps=eps)  # q_i / |q_i|                    [..., T, d]
     k = F.normalize(key, dim=-1, eps=eps)  # k_j / |k_j|                      [..., S, d]
-    return scaled_dot_product_attention(  # (6.7): softmax(scale cos + M) V
+    return scaled_dot_product_attention(  # (6.6): softmax(scale cos + M) V
         q, k, value, mask, scale=scale, return_weights=return_weights
     )
 
@@ -349,7 +349,7 @@ def _fused_attention(
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention, Chapter 3, eq. (3.5), batch first.
+    """Multi-head attention, Chapter 3, eq. (3.6), batch first.
 
     ``head_r = Att(Q W_Q^r, K W_K^r, V W_V^r)``,  ``MHA(Q, K, V) = Concat(head_1..head_h) W_O``
 
@@ -363,7 +363,7 @@ class MultiHeadAttention(nn.Module):
     is_causal, need_weights) -> (output [B, T, D], weights [B, h, T, S] or None)``.
     ``mask``: our convention, [T, S], [B, T, S] or [B, h, T, S]; ``key_padding_mask``
     [B, S], True at real tokens.  A query that may see no key outputs ``out_proj.bias``
-    (its attention output is zero, (3.6)).
+    (its attention output is zero, (3.5)).
 
     ``position``: a relative-position method of Chapter 8 (a
     :class:`course_lib.position_hooks.PositionHook`, kept as the submodule ``position``).
@@ -472,7 +472,7 @@ class MultiHeadAttention(nn.Module):
             out = out + self.position.value_term(weights)  # Chapter 8, Shaw (8.2)  [B, h, T, d]
         if self.record:
             self.last_weights = weights.detach()
-        out = self.out_proj(out.transpose(1, 2).flatten(2))  # (3.5) Concat(heads) W_O  [B, T, D]
+        out = self.out_proj(out.transpose(1, 2).flatten(2))  # (3.6) Concat(heads) W_O  [B, T, D]
         return out, (weights if need_weights else None)
 
     def extra_repr(self) -> str:

@@ -8,7 +8,7 @@ the simplest thing it beats; these are the simple things.
 * :func:`naive_forecast`, :func:`seasonal_naive_forecast`,
   :func:`seasonal_naive_drift_forecast`: forecasts that need no training;
 * :func:`moving_average_decomposition`, :class:`NLinear`, :class:`DLinear`,
-  eqs. (10.6)-(10.7): the linear forecasters of Zeng et al. (2023), one linear map
+  eqs. (10.5)-(10.6): the linear forecasters of Zeng et al. (2023), one linear map
   from the (normalised or decomposed) window to the horizon;
 * :func:`ets_forecast`: Holt-Winters exponential smoothing (additive trend and
   season), ``statsmodels``' ``ExponentialSmoothing``, fitted once on the training
@@ -101,12 +101,12 @@ def seasonal_naive_drift_forecast(x: Tensor, horizon: int, season: int) -> Tenso
 
 
 # ---------------------------------------------------------------------------
-# Linear forecasters (Zeng et al., 2023), eqs. (10.6)-(10.7)
+# Linear forecasters (Zeng et al., 2023), eqs. (10.5)-(10.6)
 # ---------------------------------------------------------------------------
 
 
 def moving_average_decomposition(x: Tensor, kernel: int) -> tuple[Tensor, Tensor]:
-    """Split ``x [B, C, T_in]`` into ``(seasonal, trend)``, both ``[B, C, T_in]``, eq. (10.7).
+    """Split ``x [B, C, T_in]`` into ``(seasonal, trend)``, both ``[B, C, T_in]``, eq. (10.6).
 
     The trend is a centred moving average of ``kernel`` (odd) steps; DLinear pads
     each end by repeating the first and last values ``(kernel - 1) // 2`` times so
@@ -127,7 +127,7 @@ def moving_average_decomposition(x: Tensor, kernel: int) -> tuple[Tensor, Tensor
 
 
 class NLinear(nn.Module):
-    """NLinear (Zeng et al., 2023), Chapter 10, eq. (10.6): one linear map on the shifted window.
+    """NLinear (Zeng et al., 2023), Chapter 10, eq. (10.5): one linear map on the shifted window.
 
     Per channel, with shared weights: ``y_hat = W (x - x_last) + b + x_last`` with
     ``W [T_out, T_in]``: subtracting the last value is the normalisation.
@@ -142,12 +142,12 @@ class NLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         expect_shape("NLinear", "x", x, [("B", None), ("T_in", self.context), ("C", None)])
         last = x[:, -1:]  # [B, 1, C]
-        y = self.linear((x - last).transpose(1, 2))  # (10.6)   [B, C, T_out]
+        y = self.linear((x - last).transpose(1, 2))  # (10.5)   [B, C, T_out]
         return y.transpose(1, 2) + last  # [B, T_out, C]
 
 
 class DLinear(nn.Module):
-    """DLinear (Zeng et al., 2023), Chapter 10, eq. (10.7): linear maps of trend and remainder.
+    """DLinear (Zeng et al., 2023), Chapter 10, eq. (10.6): linear maps of trend and remainder.
 
     ``(s, r) = moving_average_decomposition(x, kernel)`` and
     ``y_hat = W_s s + W_r r + b`` (``W_s, W_r [T_out, T_in]``), per channel with shared
@@ -171,8 +171,8 @@ class DLinear(nn.Module):
         series = x.transpose(1, 2)  # [B, C, T_in]
         if self.revin is not None:
             series = self.revin.normalize(series)
-        s, r = moving_average_decomposition(series, self.kernel)  # (10.7)   [B, C, T_in] each
-        y = self.seasonal(s) + self.trend(r)  # (10.7)  [B, C, T_out]
+        s, r = moving_average_decomposition(series, self.kernel)  # (10.6)   [B, C, T_in] each
+        y = self.seasonal(s) + self.trend(r)  # (10.6)  [B, C, T_out]
         if self.revin is not None:
             y = self.revin.denormalize(y)
         return y.transpose(1, 2)  # [B, T_out, C]

@@ -166,7 +166,7 @@ class PaperEarlyStopping(Callback):
 
 
 class WindowEarlyStopping(Callback):
-    """Kipf & Welling's early stopping (GCN paper, section 5.3), as a callback of the course's loop.
+    """Kipf & Welling's early stopping (GCN paper, section 5.2), as a callback of the course's loop.
 
     Training stops when the validation loss has not decreased for ``patience``
     (10 in the paper) consecutive epochs.  After every epoch ``validate(model)`` gives the

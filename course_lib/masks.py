@@ -1,6 +1,6 @@
 """Attention masks: the library's convention, the masks themselves and the masked softmax.
 
-Chapter 3, eqs. (3.3), (3.4) and (3.6), and Chapter 2's local window, eq. (2.13).
+Chapter 3, eqs. (3.3), (3.4) and (3.5), and Chapter 2's local window, eq. (2.13).
 Every attention function of the course (:mod:`course_lib.attention`, the
 Transformer blocks, the graph layers) takes its masks in this convention.
 
@@ -25,7 +25,7 @@ PyTorch uses two opposite boolean conventions, and this module translates:
 
 Additive masks mean the same thing everywhere and pass through unchanged.
 
-A fully masked row (a query allowed to see no key at all) is defined, eq. (3.6):
+A fully masked row (a query allowed to see no key at all) is defined, eq. (3.5):
 its weights are all zero and its output is the zero vector, never NaN.  This is
 also what ``scaled_dot_product_attention`` returns in PyTorch >= 2.5, whereas
 ``torch.nn.MultiheadAttention`` returns NaN for such a row.
@@ -193,12 +193,12 @@ def _apply_mask(scores: Tensor, mask: Tensor | None) -> Tensor:
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None = None, *, check: bool = True) -> Tensor:
-    """Softmax over the last axis with a mask, Chapter 3, eqs. (3.3) and (3.6).
+    """Softmax over the last axis with a mask, Chapter 3, eqs. (3.3) and (3.5).
 
     ``scores`` [..., T, S]; ``mask`` bool (True = may attend) or additive, broadcastable
     to the scores.  Returns the weights, same shape as ``scores``.
 
-    (3.6) A row whose every entry is masked (all scores -inf) has no softmax; we
+    (3.5) A row whose every entry is masked (all scores -inf) has no softmax; we
     define its weights as all zero, so it contributes a zero context vector.
 
     Memory: one [..., T, S] buffer is kept for the backward pass (the weights), as in
@@ -215,4 +215,4 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, *, check: bool = 
         return weights  # the common case: every row sees at least one key
     fully_masked = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows     [..., T, 1]
     weights = torch.softmax(scores.masked_fill(fully_masked, 0.0), dim=-1)
-    return weights.masked_fill(fully_masked, 0.0)  # (3.6) zero weights for a fully masked row
+    return weights.masked_fill(fully_masked, 0.0)  # (3.5) zero weights for a fully masked row

@@ -16,15 +16,15 @@ width, ``C_x`` exogenous covariates, ``k`` periodic components of Time2Vec.
   :class:`course_lib.transformer.Encoder`, a flatten-linear head);  with
   ``n_exog > 0`` its blocks are :class:`course_lib.blocks.DecoderBlock` without the
   causal mask, so the patch tokens *cross-attend* to embedded exogenous
-  covariates (past and known future), eq. (10.5);
+  covariates (past and known future), eq. (10.7);
   ``exog_mode="concat"`` is the control without attention: the covariates are
   concatenated to the flattened encoder output before the head;
   ``exog_mode="horizon"`` adds one learned query per *future* step that
   cross-attends to the encoded history and to the covariates step by step,
-  eq. (10.9) (the decoder of encoder-decoder forecasters such as the TFT);
+  eq. (10.8) (the decoder of encoder-decoder forecasters such as the TFT);
 * the baselines (naive, seasonal naive, NLinear, DLinear, ETS) live in
   :mod:`course_lib.forecasting`;
-* :class:`RelativeTimeBias`, eq. (10.8): an attention bias that is a learned
+* :class:`RelativeTimeBias`, eq. (10.9): an attention bias that is a learned
   function of the time *difference* between query and key, for irregular time
   stamps; it reads the difference through TGAT's time encoding
   (:func:`course_lib.time_encoding.time_encoding`, Chapter 14, eq. (14.6)).
@@ -166,7 +166,7 @@ def patchify(x: Tensor, patch_len: int, stride: int, pad_end: bool = False) -> T
 
 
 # ---------------------------------------------------------------------------
-# The forecaster, eqs. (10.4)-(10.5)
+# The forecaster, eqs. (10.4) and (10.7)
 # ---------------------------------------------------------------------------
 
 
@@ -212,7 +212,7 @@ class PatchForecaster(nn.Module):
     d_ff=64)``); ``config.max_len`` is not read (the patch count is set by
     ``context``).  ``forward(x [B, T_in, C], exog=None) -> [B, T_out, C]``.
 
-    Exogenous covariates, eq. (10.5): with ``n_exog = E > 0`` the forward pass
+    Exogenous covariates, eq. (10.7): with ``n_exog = E > 0`` the forward pass
     takes ``exog [B, T_in + T_out, C_x]`` (the covariates over the context *and* the
     horizon, so they must be known in advance: calendar, holidays, planned
     events).  They are cut into patches like the series (``N_x`` windows of all
@@ -227,7 +227,7 @@ class PatchForecaster(nn.Module):
     concatenated with the raw covariates over context and horizon,
     ``y_hat = W_h [flatten(z); flatten(u)] + b_h`` (``W_h [T_out, N_p D + (T_in + T_out) C_x]``).
 
-    ``exog_mode="horizon"``, eq. (10.9): horizon queries.  The encoder is the plain
+    ``exog_mode="horizon"``, eq. (10.8): horizon queries.  The encoder is the plain
     one and its flatten-linear head stays; one query per *future* step
     ``h = 1 .. T_out``, ``q_h = e_h + tau_{T_in + h}`` (``e_h`` learned, zero at the
     start; ``tau`` Chapter 7's sinusoidal table, eq. (7.1), a time encoding shared
@@ -262,8 +262,8 @@ class PatchForecaster(nn.Module):
         if exog_mode not in ("cross", "concat", "horizon"):
             raise ValueError(
                 f"PatchForecaster: exog_mode must be 'cross' (cross-attention from the patches, "
-                f"eq. (10.5)), 'concat' (covariates concatenated before the head) or 'horizon' "
-                f"(one query per future step, eq. (10.9)), got {exog_mode!r}"
+                f"eq. (10.7)), 'concat' (covariates concatenated before the head) or 'horizon' "
+                f"(one query per future step, eq. (10.8)), got {exog_mode!r}"
             )
         self.context, self.horizon, self.n_exog = context, horizon, n_exog
         self.exog_mode = exog_mode if n_exog else None
@@ -283,7 +283,7 @@ class PatchForecaster(nn.Module):
             self.backbone = Encoder(c)
         if self.exog_mode == "concat":  # the control: raw covariates next to flatten(z)
             n_head_in += (context + horizon) * n_exog
-        if self.exog_mode == "horizon":  # (10.9): one query per future step
+        if self.exog_mode == "horizon":  # (10.8): one query per future step
             self.exog_embed = nn.Linear(n_exog, d_model)  # W_u [D, C_x]
             tau = sinusoidal_table(context + horizon, d_model)  # [T_in + T_out, D]
             self.register_buffer("tau", tau, persistent=False)
@@ -316,7 +316,7 @@ class PatchForecaster(nn.Module):
         if self.exog_mode == "cross":
             cov = patchify(exog.transpose(1, 2), self.patch_len, self.stride)  # [B, C_x, N_x, P]
             cov = cov.transpose(1, 2).flatten(2)  # [B, N_x, C_x P]
-            mem = self.exog_embed(cov) + self.exog_pos  # (10.5)           [B, N_x, D]
+            mem = self.exog_embed(cov) + self.exog_pos  # (10.7)           [B, N_x, D]
             mem = mem.repeat_interleave(c, dim=0)  # one copy per channel [B C, N_x, D]
             z = self.backbone(z, mem, causal=False)
         else:
@@ -332,23 +332,23 @@ class PatchForecaster(nn.Module):
         return self.revin.denormalize(y).transpose(1, 2)  # [B, T_out, C]
 
     def _horizon_queries(self, z: Tensor, exog: Tensor, c: int) -> Tensor:
-        """Eq. (10.9): ``w_o^T o_h + b_o`` for each future step ``h``, ``[B C, T_out]``."""
+        """Eq. (10.8): ``w_o^T o_h + b_o`` for each future step ``h``, ``[B C, T_out]``."""
         u = (
             self.exog_embed(exog.to(z.dtype)) + self.tau
         )  # m_j = W_u u_j + tau_j [B, T_in + T_out, D]
         mem = torch.cat([z, u.repeat_interleave(c, dim=0)], dim=1)  # [B C, N_p + T_in + T_out, D]
         q = (self.queries + self.tau[self.context :]).expand(z.shape[0], -1, -1)  # [B C, T_out, D]
-        o = self.horizon_decoder(q, mem, causal=False)  # (10.9)               [B C, T_out, D]
+        o = self.horizon_decoder(q, mem, causal=False)  # (10.8)               [B C, T_out, D]
         return self.query_head(o)[..., 0]  # [B C, T_out]
 
 
 # ---------------------------------------------------------------------------
-# Relative temporal encoding: a bias on time differences, eq. (10.8)
+# Relative temporal encoding: a bias on time differences, eq. (10.9)
 # ---------------------------------------------------------------------------
 
 
 class RelativeTimeBias(nn.Module):
-    """An attention bias that is a learned function of elapsed time, Chapter 10, eq. (10.8).
+    """An attention bias that is a learned function of elapsed time, Chapter 10, eq. (10.9).
 
     For query times ``t_q [B, T]`` and key times ``t_k [B, S]`` (any real numbers:
     irregular sampling is the point), head ``r``'s bias is
@@ -383,4 +383,4 @@ class RelativeTimeBias(nn.Module):
         expect_shape("RelativeTimeBias", "t_k", t_k, [("B", t_q.shape[0]), ("S", None)])
         dt = t_q[:, :, None] - t_k[:, None, :]  # elapsed time         [B, T, S]
         phi = time_encoding(dt, self.omega)  # Chapter 14, eq. (14.6)     [B, T, S, 2d]
-        return self.proj(phi.to(self.proj.weight.dtype)).permute(0, 3, 1, 2)  # (10.8) [B, h, T, S]
+        return self.proj(phi.to(self.proj.weight.dtype)).permute(0, 3, 1, 2)  # (10.9) [B, h, T, S]

@@ -306,7 +306,7 @@ def _mask_cases(b=2, t=5, s=5):
     rand = torch.rand(b, 1, t, s) > 0.4
     rand[..., 0] = True
     empty = torch.ones(t, s, dtype=torch.bool)
-    empty[1] = False  # query 1 sees nothing: (3.6) on both paths
+    empty[1] = False  # query 1 sees nothing: (3.5) on both paths
     add = torch.randn(t, s)
     add[:, 2] = float("-inf")
     return {
@@ -521,7 +521,7 @@ def test_luong_and_additive_attention_reject_bad_configurations():
 
 
 # ---------------------------------------------------------------------------
-# Chapter 6: cosine attention, eq. (6.7)
+# Chapter 6: cosine attention, eq. (6.6)
 # ---------------------------------------------------------------------------
 
 

@@ -438,7 +438,7 @@ TEST_ONLY = {
     "LONG_RUNS": "what tools/long_run.py records (a maintainer tool); test_long_runs checks it",
     "cells_hash": "the experiment's fingerprint tools/long_run.py stores; test_long_runs checks it",
     "code_digest": "what the status page's Colab times were measured on (the book, test_colab)",
-    "moving_average_decomposition": "the decomposition DLinear runs (10.7); tested against pandas",
+    "moving_average_decomposition": "the decomposition DLinear runs (10.6); tested against pandas",
     "T5Bias": "the hook position_hook('t5') builds; tested against relative.t5_bias",
     "notebook_seed": "the seed setup_notebook chose (COURSE_SEED); tested with the sweep",
     "Seq2SeqBatch": "the type seq2seq.make_batch returns",

@@ -108,7 +108,7 @@ def test_masked_softmax_rows_sum_to_one_and_a_fully_masked_row_is_zero():
     assert (w[:, 0, 2] == 0).all() and (w[:, 2, 0] == 1).all()
     w.pow(2).sum().backward()  # gradients through a fully masked row stay finite
     assert torch.isfinite(scores.grad).all()
-    # plain softmax would give NaN: the rule (3.6) is what makes the difference
+    # plain softmax would give NaN: the rule (3.5) is what makes the difference
     assert torch.isnan(torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)).any()
 
 
@@ -199,7 +199,7 @@ def test_check_mask_reports_the_query_and_key_sizes_of_any_scores():
 
 
 def test_masked_softmax_with_one_key_or_none():
-    """One key: its weight is 1, or 0 when masked (3.6). No key at all: an empty result."""
+    """One key: its weight is 1, or 0 when masked (3.5). No key at all: an empty result."""
     scores = torch.randn(2, 1)
     w = masked_softmax(scores, torch.tensor([[True], [False]]))
     assert w.tolist() == [[1.0], [0.0]]

@@ -163,7 +163,7 @@ def test_concat_control_reads_the_covariates_without_cross_attention():
 
 
 def test_horizon_queries_match_their_equation():
-    """Eq. (10.9): the plain encoder and head, plus one query per future step."""
+    """Eq. (10.8): the plain encoder and head, plus one query per future step."""
     torch.manual_seed(0)
     kw = dict(patch_len=8, stride=4, n_exog=2)
     config = SMALL.replace(num_layers=1, d_ff=32)

@@ -51,8 +51,6 @@ import importlib.util
 import json
 import re
 from collections.abc import Callable
-
-
 from pathlib import Path
 
 from docutils import nodes

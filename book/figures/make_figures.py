@@ -856,7 +856,7 @@ def multi_head() -> Svg:
     f.text(
         620,
         292,
-        "(3.5); parameters $4D^2 + 4D$ (with biases) for any $h$",
+        "(3.6); parameters $4D^2 + 4D$ (with biases) for any $h$",
         size=13,
         cls="note",
     )
@@ -1347,7 +1347,7 @@ def qk_ov_circuits() -> Svg:
     f.wire([(525, (yq + yk) / 2), (640, (yq + yk) / 2), (640, yv - 13)], colour="c")
     f.text(588, (yq + yk) / 2 - 10, "$\\alpha^{(h)}_{ij}$", fill="c")
     f.rect(112, yq - 44, 290, 166, "group", rx=10)
-    f.text(590, 34, "QK circuit: where head $h$ looks (6.6)", weight="bold", size=14)
+    f.text(590, 34, "QK circuit: where head $h$ looks (6.7)", weight="bold", size=14)
     f.text(590, 58, "$A_h = W_Q^{(h)} W_K^{(h)\\top}$, score $x_i^\\top A_h x_j$", size=14)
     # OV circuit
     f.box(150, yv, 60, 34, "$W_V^{(h)}$", stroke="v", size=14)
@@ -1527,7 +1527,7 @@ def patch_forecaster() -> Svg:
         "and mapped linearly to the H = 52 future values, and the normalisation is undone "
         "(10.4). Bottom: the covariates u over the history and the horizon, 208 steps, are "
         "patched and embedded into 25 memory tokens M; in the variant with covariates each "
-        "block has a cross-attention sub-layer (10.5) whose queries are the series' patch "
+        "block has a cross-attention sub-layer (10.7) whose queries are the series' patch "
         "tokens and whose keys and values come from M.",
     )
     # the history and its patches
@@ -1598,7 +1598,7 @@ def patch_forecaster() -> Svg:
     f.text(472, yc + 5, "$M$", size=16, anchor="start")
     f.shape(472, yc + 26, "[25, D]", anchor="start")
     f.wire([(506, yc), (562, yc), (562, y + 32)], colour="k")
-    f.text(570, yc - 40, "$K, V$ (10.5)", size=14, fill="k", anchor="start")
+    f.text(570, yc - 40, "$K, V$ (10.7)", size=14, fill="k", anchor="start")
     f.text(
         440,
         404,
