@@ -13,7 +13,9 @@ Checks, for each page served from localhost with no network:
 - every wire of every figure is drawn at the width the figure asks for
   (opened as a file, no book build needed);
 - axe-core (vendored in tests/vendor) finds no serious or critical
-  accessibility violation on any page, in light and dark mode.
+  accessibility violation on any page, in light and dark mode, alt text of
+  images included;
+- every plot a widget draws carries its cell's written alt text.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT
+from tests.test_alt_text import alt_problem
 from tests.test_book import _toc_files
 from tests.test_figures import figures_by_page
 
@@ -186,11 +189,9 @@ def test_some_page_renders_a_widget(book_build):
 AXE = ROOT / "tests" / "vendor" / "axe-core" / "axe.min.js"  # 4.14.1, see its README
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
 # Rules switched off, each with its reason; remove a line when its work is done.
-AXE_OFF = {
-    # Plots have no written alt text yet: MyST-NB gives a notebook's plot its file path
-    # as alt, and a widget's plot (drawn from the embedded widget state) none. Issue 30,
-    # section 3: write each plot's alt text beside the code that draws it.
-    "image-alt": "plots' alt text is not written yet (issue 30)",
+AXE_OFF: dict[str, str] = {
+    # none: every rule of AXE_TAGS runs. (image-alt was off until every plot had written
+    # alt text, issue 30, section 3: tests/test_alt_text.py, and the widget plots below.)
 }
 AXE_RUN = """
 const done = arguments[arguments.length - 1];
@@ -223,6 +224,65 @@ def test_page_has_no_serious_accessibility_violation(browser, site_url, book_bui
     off = json.dumps({rule: {"enabled": False} for rule in AXE_OFF})
     violations = browser.execute_async_script(AXE_RUN % (json.dumps(AXE_TAGS), off))
     assert not violations, f"{page} ({mode} mode):\n" + "\n".join(violations)
+
+
+def _widget_alts() -> dict[str, list[str]]:
+    """Chapter page -> the written alt texts of its widget plots (metadata.course.widget_alt),
+    in the order of its cells."""
+    pages = {}
+    for path in sorted((ROOT / "notebooks").glob("ch*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        alts = [
+            c["metadata"].get("course", {}).get("widget_alt")
+            for c in cells
+            if c["cell_type"] == "code"
+        ]
+        if any(alts):
+            pages[f"notebooks/{path.stem}"] = [a.strip() for a in alts if a]
+    return pages
+
+
+# Each widget-alt marker of the page (book/_ext/course_widget_alt.py), with the alt of every
+# image drawn in the same cell output (by the widget renderer, named by book/_static/a11y.js).
+WIDGET_IMAGES = """
+return Array.from(document.querySelectorAll('.course-widget-alt')).map(m => {
+  const out = m.closest('.cell_output') || m.parentElement;
+  return {written: m.getAttribute('data-alt'),
+          alts: Array.from(out.querySelectorAll('img')).map(i => i.getAttribute('alt'))};
+});
+"""
+WIDGETS_DRAWN_AND_NAMED = (
+    "return Array.from(document.querySelectorAll('.course-widget-alt')).every(m => {"
+    "  const imgs = (m.closest('.cell_output') || m.parentElement).querySelectorAll('img');"
+    "  return imgs.length > 0 && Array.from(imgs).every("
+    "    i => i.getAttribute('alt') === m.getAttribute('data-alt'));"
+    "})"
+)
+
+
+def test_some_widget_plot_has_written_alt_text():
+    """The check below must not pass vacuously."""
+    assert len(_widget_alts()) >= 10
+
+
+@pytest.mark.parametrize("page", sorted(_widget_alts()))
+def test_widget_plots_have_their_written_alt_text(browser, site_url, page):
+    """A plot drawn by a widget (from the embedded widget state, with no alt of its own)
+    shows the alt text its cell's metadata.course.widget_alt writes: not empty, not a path."""
+    browser.get(f"{site_url}/{page}.html")
+    _wait_for(browser, "return document.readyState === 'complete'")
+    _wait_for(browser, WIDGETS_DRAWN_AND_NAMED, timeout=30)
+    state = browser.execute_script(WIDGET_IMAGES)
+    written = _widget_alts()[page]
+    assert [s["written"] for s in state] == written, (
+        f"{page}: the page's widget alt markers differ from the notebook's widget_alt texts"
+    )
+    for s in state:
+        assert s["alts"], f"{page}: the widget drew no image next to {s['written'][:60]!r}"
+        assert all(alt == s["written"] for alt in s["alts"]), (
+            f"{page}: a widget image's alt is {s['alts']}, not the written text"
+        )
+        assert alt_problem(s["alts"][0]) is None, f"{page}: {alt_problem(s['alts'][0])}"
 
 
 # State of one figure: found by the id Sphinx gives it (the directive's :name:),

@@ -27,7 +27,8 @@ For every deck, in headless Chromium at a 1280 x 720 viewport:
   ``scrollWidth`` its ``clientWidth``. Each slide is shown (``Reveal.slide``)
   before it is measured, after MathJax, the images and the widgets are done;
 - the speaker-notes view opens: the notes plugin's window appears and shows
-  the speaker view.
+  the speaker view;
+- every image has written alt text (issue 30, section 3), as on the website.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, load_tool
+from tests.test_alt_text import alt_problem
 
 slides = load_tool("slides")
 CHAPTERS = slides.chapters()
@@ -343,6 +345,16 @@ def test_deck_in_browser(slide_browser, slides_site, slides_url, notebook):
     )
     driver.execute_script("window.__notes && window.__notes.close()")
     assert view, f"{deck.name}: the speaker-notes window did not open"
+
+    # 5. every image has written alt text, as on the website: a plot its cell's
+    # mystnb.image.alt, a widget's plot its cell's course.widget_alt (set by a11y.js), a
+    # figure its own; never nbconvert's "No description has been provided for this image"
+    _wait_for(driver, "return Array.from(document.images).every(i => i.getAttribute('alt'))", 10)
+    alts = driver.execute_script(
+        "return Array.from(document.images).map(i => i.getAttribute('alt') || '')"
+    )
+    unwritten = [a[:60] for a in alts if alt_problem(a) or a.startswith("No description")]
+    assert not unwritten, f"{deck.name}: images without written alt text: {unwritten}"
 
     errors = [
         e["message"]

@@ -39,6 +39,8 @@
   notebooks of MyST-NB's execution cache (nothing is executed again); each
   chapter page links its deck below its title, and the ``course-slides``
   directive (the instructor guide) lists every deck.
+- The plots that widgets draw get the written alt text of their cell's
+  ``course.widget_alt`` metadata (``course_widget_alt.py``, with ``a11y.js``).
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -538,4 +540,5 @@ def setup(app: Sphinx) -> dict:
     app.add_post_transform(_TagOutsideSplit)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     app.add_js_file("a11y.js")  # book/_static: names the theme's buttons and the sliders
+    app.setup_extension("course_widget_alt")  # the widget plots' alt text, for a11y.js
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -6,7 +6,11 @@
 //   toggle (named "Toggle hidden content");
 // - docutils marks the bibliography as role="list" without list items: a plain block;
 // - ipywidgets' sliders (role="slider") get the text of their widget's label as
-//   their name, so a screen reader says what each slider sets.
+//   their name, so a screen reader says what each slider sets;
+// - the plots a widget draws (an <img> with no alt, from the embedded widget state)
+//   get the written alt text of their notebook cell (metadata course.widget_alt),
+//   which book/_ext/course_widget_alt.py leaves in the cell's output as
+//   <div class="course-widget-alt" hidden data-alt="...">.
 (function () {
   "use strict";
   function fix(root) {
@@ -27,6 +31,15 @@
         s.setAttribute("aria-label", text || "slider");
       }
     );
+    root.querySelectorAll(".course-widget-alt[data-alt]").forEach(function (marker) {
+      var output = marker.closest(".cell_output") || marker.parentElement;
+      var alt = marker.getAttribute("data-alt");
+      output.querySelectorAll("img").forEach(function (img) {
+        if (img.getAttribute("alt") !== alt) {
+          img.setAttribute("alt", alt);
+        }
+      });
+    });
   }
   function start() {
     fix(document);
