@@ -36,6 +36,7 @@ from course_lib import (
     bert,
     blocks,
     embeddings,
+    ensemble,
     forecasting,
     gat,
     gat_training,
@@ -187,6 +188,12 @@ def _lm_loss(t: torch.dtype) -> Tensor:
     return lm.lm_loss(_gpt(t), (ids[:, :-1], ids[:, 1:]))
 
 
+def _members_lm_loss(t: torch.dtype) -> Tensor:
+    ids = _ids(11, 2, 7)
+    stacked = ensemble.Stacked([_gpt(t), _gpt(t)])
+    return lm.members_lm_loss(stacked, (ids[:, :-1], ids[:, 1:]))
+
+
 def _torch_layer(t: torch.dtype) -> dict[str, Tensor]:
     with _setup():
         return nn.TransformerEncoderLayer(D, HEADS, 16, batch_first=True).to(t).state_dict()
@@ -327,6 +334,7 @@ FUNCTIONS: dict[str, Callable[[torch.dtype], object]] = {
     "seq2seq.seq2seq_loss": _seq2seq_loss,
     "bert.mlm_loss": _mlm_loss,
     "lm.lm_loss": _lm_loss,
+    "lm.members_lm_loss": _members_lm_loss,
     "bert.mean_pool": lambda t: bert.mean_pool(
         _f(2, 5, 4, dtype=t), torch.ones(2, 5, dtype=torch.long)
     ),
