@@ -50,8 +50,8 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -280,8 +280,7 @@ def done(path: Path, lang: str, ids: list[str]) -> None:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """A unit of a translation that does not match the English now."""
 
     source: Path
@@ -633,6 +632,7 @@ def render_config(lang: str) -> str:
     conf["html_static_path"] = [f"../{p}" for p in conf["html_static_path"]]
     conf["language"] = words["language"]
     conf["numfig_format"] = {**conf.get("numfig_format", {}), **words["numfig_format"]}
+    conf["course_edition"] = lang
     body = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=100)
     return GENERATED_NOTE.format(lang=lang, name="_config.yml") + body
 
@@ -692,19 +692,55 @@ def build(lang: str, check: bool = False) -> tuple[list[Path], list[Path]]:
 # ---------------------------------------------------------------------------
 
 
+def uncached(lang: str, cache: Path) -> list[str]:
+    """The edition's executed notebooks that the execution cache does not hold (their
+    English notebook failed or has not run): the edition's build does not execute them."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    config = yaml.safe_load((ROOT / lang / "_config.yml").read_text())
+    skip = config.get("execute", {}).get("exclude_patterns", [])
+    jc = get_cache(str(cache))
+    missing = []
+    for path in sorted((ROOT / lang).rglob("*.ipynb")):
+        rel = path.relative_to(ROOT / lang).as_posix()
+        if any(Path(rel).match(pattern) for pattern in skip):
+            continue
+        try:
+            jc.match_cache_notebook(nbformat.read(path, as_version=4))
+        except KeyError:
+            missing.append(rel)
+    return missing
+
+
 def site(lang: str, out: Path, cache: Path, strict: bool, keep_going: bool, nitpicky: bool) -> int:
     """Build the edition's website into ``out`` (normally ``_build/html/<lang>``), its
-    notebooks' outputs from the English build's execution cache ``cache``. Sphinx works
-    in ``_build/<lang>`` (its doctrees and MyST-NB's output folder stay out of the
-    published site), then the HTML is copied to ``out``."""
+    notebooks' outputs from the English build's execution cache ``cache``; a notebook the
+    cache does not hold is built without outputs, never executed (a warning says so).
+    Sphinx works in ``_build/<lang>`` (its doctrees and MyST-NB's output folder stay out
+    of the published site), then the HTML is copied to ``out``."""
     import shutil
 
     from jupyter_book.sphinx import build_sphinx
 
-    work = ROOT / "_build" / lang / "html"
-    overrides = {"nb_execution_cache_path": str(cache)}
+    config = yaml.safe_load((ROOT / lang / "_config.yml").read_text())
+    missing = uncached(lang, cache)
+    for rel in missing:
+        print(
+            f"WARNING: {lang}/{rel}: not in the execution cache (its English notebook failed "
+            "or did not run): built without outputs rather than executed a second time"
+        )
+    overrides = {
+        "nb_execution_cache_path": str(cache),
+        "nb_execution_excludepatterns": [
+            *config.get("execute", {}).get("exclude_patterns", []),
+            *missing,
+        ],
+        "latex_individualpages": False,
+    }
     if nitpicky:
         overrides["nitpicky"] = True
+    work = ROOT / "_build" / lang / "html"
     result = build_sphinx(
         ROOT / lang,
         work,

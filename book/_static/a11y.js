@@ -6,7 +6,9 @@
 //   toggle (named "Toggle hidden content");
 // - docutils marks the bibliography as role="list" without list items: a plain block;
 // - ipywidgets' sliders (role="slider") get the text of their widget's label as
-//   their name, so a screen reader says what each slider sets.
+//   their name, so a screen reader says what each slider sets;
+// - the language switch (book/_ext/course_i18n.py) opens the other language's page in
+//   the same tab: the theme writes every header link with target="_blank".
 (function () {
   "use strict";
   function fix(root) {
@@ -18,6 +20,9 @@
     });
     root.querySelectorAll(".citation-list[role='list']").forEach(function (e) {
       e.removeAttribute("role");
+    });
+    root.querySelectorAll("a.btn-language-switch[target]").forEach(function (a) {
+      a.removeAttribute("target");
     });
     root.querySelectorAll("[role='slider']:not([aria-label]):not([aria-labelledby])").forEach(
       function (s) {
