@@ -114,3 +114,69 @@ def test_status_page_lists_every_notebook(book_build):
     assert 'class="table course-benchmarks"' in html, "the benchmark table is missing"
     rows = json.loads((ROOT / "book" / "benchmarks.json").read_text())["rows"]
     assert html.count('<tr class="bench-') == len(rows), "a benchmark row is missing"
+
+
+# ---------------------------------------------------------------------------
+# The Portuguese edition (pt/, issue 31), built by the same command into html/pt/
+# ---------------------------------------------------------------------------
+
+SWITCH = re.compile(r'<a href="([^"]+)"[^>]*?class="btn btn-sm btn-language-switch"', re.S)
+
+
+def _switch_target(page, html_dir):
+    """The page the language button of ``page`` (a path under html_dir) opens."""
+    links = SWITCH.findall(page.read_text())
+    assert len(links) == 1, f"{page.relative_to(html_dir)}: {len(links)} language switches"
+    return (page.parent / links[0]).resolve()
+
+
+def test_edition_pages_are_built_and_switch_to_their_counterparts(book_build):
+    """Every page has its pt counterpart, in Portuguese (html lang, the theme's words),
+    and the language button of each opens the other."""
+    html = book_build.html
+    for name in _toc_files():
+        en, pt = html / f"{name}.html", html / "pt" / f"{name}.html"
+        assert pt.is_file(), f"{name} has no Portuguese page {pt}"
+        assert _switch_target(en, html) == pt.resolve(), f"{name}: the switch misses pt/"
+        assert _switch_target(pt, html) == en.resolve(), f"pt/{name}: the switch misses {en}"
+        text = pt.read_text()
+        assert '<html lang="pt-BR"' in text, f"pt/{name} is not marked Portuguese"
+        assert "Pesquisar" in text, f"pt/{name}: the theme's words are not in Portuguese"
+
+
+def test_edition_notebooks_come_from_the_english_execution_cache(book_build):
+    """No notebook executes twice: each pt chapter takes the outputs its English twin
+    left in the execution cache (the pt build's log, _build/pt/build.log), and shows them."""
+    log = (ROOT / "_build" / "pt" / "build.log").read_text()
+    assert "Executing notebook" not in log, "a pt notebook was executed a second time"
+    chapters = [n for n in _toc_files() if n.startswith("notebooks/")]
+    for name in chapters:
+        assert re.search(rf"pt/{name}\.ipynb: Using cached notebook", log), name
+        page = (book_build.html / "pt" / f"{name}.html").read_text()
+        assert "cell_output" in page, f"pt/{name}: no executed output"
+        assert not re.search(r'class="output traceback', page), f"pt/{name} shows an error"
+
+
+def test_edition_colab_buttons_open_the_edition(book_build):
+    """A pt notebook page opens pt/<notebook> on the Colab edition's branch (and its
+    closing cell the pt exercises)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    base = (
+        "https://colab.research.google.com/github/"
+        f"{config['repository']['url'].removeprefix('https://github.com/')}"
+        f"/blob/{config['repository']['branch']}/pt/"
+    )
+    for name in (n for n in _toc_files() if (ROOT / f"{n}.ipynb").exists()):
+        html = (book_build.html / "pt" / f"{name}.html").read_text()
+        links = set(re.findall(r'href="(https://colab\.research\.google\.com[^"]*)"', html))
+        assert f"{base}{name}.ipynb" in links, f"pt/{name}: {sorted(links)}"
+        assert all(
+            link.startswith(f"{base}exercises/") or link == f"{base}{name}.ipynb" for link in links
+        )
+
+
+def test_edition_numbers_figures_in_portuguese(book_build):
+    html = (book_build.html / "pt" / "notebooks" / "ch01_rnn_bottleneck.html").read_text()
+    assert re.search(r"Figura 1\.1", html) and not re.search(r"Figure 1\.1", html)
+    assert 'href="../slides/ch01_rnn_bottleneck.html">Slides da aula' in html
+    assert (book_build.html / "pt" / "slides" / "ch01_rnn_bottleneck.html").is_file()

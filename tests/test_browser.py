@@ -13,7 +13,13 @@ Checks, for each page served from localhost with no network:
 - every wire of every figure is drawn at the width the figure asks for
   (opened as a file, no book build needed);
 - axe-core (vendored in tests/vendor) finds no serious or critical
-  accessibility violation on any page, in light and dark mode.
+  accessibility violation on any page, in light and dark mode;
+- the Portuguese edition (``pt/``, issue 31): the language switch of every page opens
+  its counterpart in the same tab, both ways, and a sample of pt pages (one of each
+  kind: pages, chapters with figures, proofs and widgets, an exercise) gets all the
+  checks above. The edition's pages are built from the same notebooks and templates
+  as the English ones, so the sample covers what differs (their text, its maths, the
+  theme in Portuguese) within CI's time.
 """
 
 from __future__ import annotations
@@ -121,7 +127,18 @@ def _pages() -> list[str]:
     return _toc_files()
 
 
-@pytest.mark.parametrize("page", _pages())
+#: The pt pages that get every check (see the module's docstring).
+PT_SAMPLE = [
+    "pt/book/intro",
+    "pt/book/glossary",
+    "pt/book/errata",
+    "pt/notebooks/ch05_embeddings_tokenization",
+    "pt/notebooks/ch06_attention_geometry",
+    "pt/exercises/ch03_multi_head",
+]
+
+
+@pytest.mark.parametrize("page", _pages() + PT_SAMPLE)
 def test_page_in_browser(browser, site_url, book_build, page):
     source = (book_build.html / f"{page}.html").read_text()
     math_in_source = len(re.findall(r'class="math notranslate nohighlight"', source))
@@ -156,7 +173,7 @@ def test_page_in_browser(browser, site_url, book_build, page):
         assert colab, f"{page}: no Colab launch button"
         assert any(href.endswith(f"/{page}.ipynb") for href in colab), colab
         # any other Colab link is one of this chapter's exercises (its closing cell)
-        chapter = page.removeprefix("notebooks/")[:5]
+        chapter = page.split("/")[-1][:5]
         others = [href for href in colab if not href.endswith(f"/{page}.ipynb")]
         assert all(f"/exercises/{chapter}" in href for href in others), colab
 
@@ -202,7 +219,7 @@ axe.run(document, {runOnly: %s, rules: %s}).then(r => done(r.violations
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-@pytest.mark.parametrize("page", _pages())
+@pytest.mark.parametrize("page", _pages() + PT_SAMPLE)
 def test_page_has_no_serious_accessibility_violation(browser, site_url, book_build, page, mode):
     """axe-core, served from the repository, finds no serious or critical violation of
     WCAG 2.1 A/AA or of its best practices on the page, in the theme's light and dark
@@ -369,3 +386,27 @@ def test_figures_are_readable_in_light_and_dark_mode(browser, site_url):
     browser.execute_script("document.documentElement.dataset.theme = 'light'")
     assert contrast["light"] >= 3 and contrast["dark"] >= 3, (page, name, contrast)
     assert bare < 3, f"control: the measure should see the dimmed figure as unreadable ({bare:.1f})"
+
+
+SWITCH = "document.querySelector('a.btn-language-switch')"
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_language_switch_opens_the_counterpart(browser, site_url, page):
+    """On the English page, the header's language button opens the pt page, in the same
+    tab (book/_static/a11y.js drops the theme's target="_blank"), and the pt page's
+    button leads back."""
+    for here, there, lang in ((page, f"pt/{page}", "pt-BR"), (f"pt/{page}", page, "en")):
+        browser.get(f"{site_url}/{here}.html")
+        _wait_for(browser, "return document.readyState === 'complete'")
+        link = _wait_for(browser, f"return {SWITCH} && !{SWITCH}.hasAttribute('target')")
+        assert link, f"{here}: no language switch, or it opens another tab"
+        browser.execute_script(f"{SWITCH}.click()")
+        arrived = _wait_for(
+            browser,
+            f"return location.pathname.endsWith('/{there}.html') && "
+            "document.readyState === 'complete'",
+        )
+        assert arrived, f"{here}: the language switch opened {browser.current_url}"
+        assert browser.execute_script("return document.documentElement.lang") == lang
+        assert len(browser.window_handles) == 1, f"{here}: the switch opened a new tab"

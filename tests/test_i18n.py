@@ -252,7 +252,12 @@ def copy(tmp_path, monkeypatch):
     """A git repository holding a copy of chapter 1, the introduction and the glossary, with
     a translation of each (chapter 1's: its English text, as ``extract`` writes it), and
     the tool pointed at it."""
-    for rel in ("notebooks/ch01_rnn_bottleneck.ipynb", "book/intro.md", "book/glossary.md"):
+    for rel in (
+        "_toc.yml",
+        "notebooks/ch01_rnn_bottleneck.ipynb",
+        "book/intro.md",
+        "book/glossary.md",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     for rel in ("i18n/pt/book/intro.md", "i18n/pt/book/glossary.md", "i18n/pt/edition.yml"):

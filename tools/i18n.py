@@ -159,8 +159,9 @@ def _included(page: Path) -> list[Path]:
     return out
 
 
-def toc_files(root: Path = ROOT) -> list[str]:
+def toc_files(root: Path | None = None) -> list[str]:
     """Every page of the English book's table of contents (paths without suffix)."""
+    root = root or ROOT
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     files = [toc["root"]]
     for part in toc.get("parts", []):
@@ -170,8 +171,9 @@ def toc_files(root: Path = ROOT) -> list[str]:
     return files
 
 
-def sources(root: Path = ROOT) -> list[Path]:
+def sources(root: Path | None = None) -> list[Path]:
     """Every English source of an edition: the book's pages, what they include."""
+    root = root or ROOT
     out = []
     for name in toc_files(root):
         for suffix in (".ipynb", ".md"):
@@ -190,8 +192,9 @@ REQUIRED_PAGES = ("book/intro", "book/notation", "book/glossary", "book/errata")
 REQUIRED_PAGES += ("book/instructor_guide",)
 
 
-def required(root: Path = ROOT) -> list[Path]:
+def required(root: Path | None = None) -> list[Path]:
     """The sources every edition must translate (see REQUIRED_PAGES)."""
+    root = root or ROOT
     pages = []
     for name in REQUIRED_PAGES:
         pages += [root / f"{name}.md", *_included(root / f"{name}.md")]
@@ -234,6 +237,14 @@ def write_translation(path: Path, entries: list[tuple[str, str, str]]) -> None:
 
 def extract(source: Path, lang: str) -> Path:
     """Write the skeleton translation file of ``source``: each marker, then its English."""
+    if source.resolve() not in sources():
+        hint = ""
+        if source.parent.name == "solutions":
+            hint = (
+                f": translate exercises/{source.name}, what the student reads (`course_grader "
+                "sync` writes it from the solution, with the same cell ids)"
+            )
+        sys.exit(f"{source} is not a page of the book{hint}")
     path = translation_path(source, lang)
     if path.exists():
         sys.exit(f"{path} exists already: edit it (or delete it to start again)")
