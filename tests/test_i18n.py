@@ -61,7 +61,6 @@ UNTRANSLATED = {
     "notebooks/ch13_vision_transformer",
     "notebooks/ch14_graph_attention",
     "exercises/*",
-    "book/notation",
     "book/errata*",
     "book/instructor_guide",
 }
