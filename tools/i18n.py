@@ -305,7 +305,7 @@ class Problem(NamedTuple):
             "stale": f"{rel}: {self.unit} is stale (the English changed since it was translated)",
             "missing": f"{rel}: {self.unit} has no translation (a new English unit)",
             "orphan": f"{rel}: {self.unit} is translated but the English has no such unit",
-            "no file": f"{rel}: not translated (no {translation_path(self.source, 'LANG')})",
+            "no file": f"{rel}: not translated (no translation file)",
         }[self.kind]
 
 
