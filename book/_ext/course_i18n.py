@@ -143,8 +143,15 @@ def _build_editions(app: Sphinx, exception: Exception | None) -> None:
         )
 
 
+def _theme_words(app: Sphinx, config) -> None:
+    """The words Jupyter Book writes into the theme's options, in the edition's language."""
+    if config.course_edition:
+        config.html_theme_options["search_bar_text"] = words(config.course_edition)["search_bar"]
+
+
 def setup(app: Sphinx) -> dict:
     app.add_config_value("course_edition", "", "env")
+    app.connect("config-inited", _theme_words)
     app.connect("html-page-context", _switch_button, priority=502)  # after the theme's
     app.connect("build-finished", _build_editions, priority=900)  # after the slides
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
