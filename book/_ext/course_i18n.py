@@ -109,10 +109,11 @@ def _build_editions(app: Sphinx, exception: Exception | None) -> None:
     for lang in editions():
         changed, removed = tool.build(lang)
         if changed or removed:
-            names = ", ".join(p.relative_to(ROOT).as_posix() for p in [*changed, *removed][:5])
+            paths = [p.relative_to(ROOT).as_posix() for p in [*changed, *removed]]
+            names = ", ".join(paths[:5]) + (", ..." if len(paths) > 5 else "")
             logger.warning(
-                f"{lang}/ was out of date with the English sources ({len(changed) + len(removed)} "
-                f"files: {names}, ...); regenerated it: commit it "
+                f"{lang}/ was out of date with the English sources and the translations "
+                f"({names}): regenerated, commit it "
                 f"(`python tools/i18n.py build --lang {lang}` does the same)"
             )
         cmd = [sys.executable, str(ROOT / "tools" / "i18n.py"), "site", "--lang", lang]
@@ -138,8 +139,9 @@ def _build_editions(app: Sphinx, exception: Exception | None) -> None:
         cached = log.count("Using cached notebook")
         logger.info(
             f"{lang} edition: built in {time.perf_counter() - start:.0f} s into "
-            f"{Path(app.outdir) / lang} ({cached} notebooks from the execution cache, "
-            f"{log.count('Executing notebook')} executed; log: {log_file})"
+            f"{Path(app.outdir) / lang} (notebooks read this time: {cached}, their outputs "
+            f"from the execution cache; executed: {log.count('Executing notebook')}; "
+            f"log: {log_file})"
         )
 
 
