@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import nbformat
 import yaml
 
 from tests.conftest import ROOT
@@ -114,3 +115,75 @@ def test_status_page_lists_every_notebook(book_build):
     assert 'class="table course-benchmarks"' in html, "the benchmark table is missing"
     rows = json.loads((ROOT / "book" / "benchmarks.json").read_text())["rows"]
     assert html.count('<tr class="bench-') == len(rows), "a benchmark row is missing"
+
+
+# ---------------------------------------------------------------------------
+# The Portuguese edition (pt/, issue 31), built by the same command into html/pt/
+# ---------------------------------------------------------------------------
+
+SWITCH = re.compile(r'<a href="([^"]+)"[^>]*?class="btn btn-sm btn-language-switch"', re.S)
+
+
+def _switch_target(page, html_dir):
+    """The page the language button of ``page`` (a path under html_dir) opens."""
+    links = SWITCH.findall(page.read_text())
+    assert len(links) == 1, f"{page.relative_to(html_dir)}: {len(links)} language switches"
+    return (page.parent / links[0]).resolve()
+
+
+def test_edition_pages_are_built_and_switch_to_their_counterparts(book_build):
+    """Every page has its pt counterpart, in Portuguese (html lang, the theme's words),
+    and the language button of each opens the other."""
+    html = book_build.html
+    for name in _toc_files():
+        en, pt = html / f"{name}.html", html / "pt" / f"{name}.html"
+        assert pt.is_file(), f"{name} has no Portuguese page {pt}"
+        assert _switch_target(en, html) == pt.resolve(), f"{name}: the switch misses pt/"
+        assert _switch_target(pt, html) == en.resolve(), f"pt/{name}: the switch misses {en}"
+        text = pt.read_text()
+        assert '<html lang="pt-BR"' in text, f"pt/{name} is not marked Portuguese"
+        assert 'aria-label="Buscar"' in text, f"pt/{name}: the theme's words are not Portuguese"
+        assert 'placeholder="Buscar neste livro..."' in text, f"pt/{name}: the search box"
+
+
+def test_edition_notebooks_come_from_the_english_execution_cache(book_build):
+    """No notebook executes twice: the pt build's log (_build/pt/build.log) executed none,
+    each pt chapter matches a notebook of the execution cache (so MyST-NB takes its
+    outputs from there whenever it reads the page), and shows those outputs."""
+    from jupyter_cache import get_cache
+
+    log = (ROOT / "_build" / "pt" / "build.log").read_text()
+    assert "Executing notebook" not in log, "a pt notebook was executed a second time"
+    cache = get_cache(str(ROOT / "_build" / ".jupyter_cache"))
+    for name in (n for n in _toc_files() if n.startswith("notebooks/")):
+        notebook = nbformat.read(ROOT / "pt" / f"{name}.ipynb", as_version=4)
+        english = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
+        assert cache.match_cache_notebook(notebook).pk == cache.match_cache_notebook(english).pk
+        page = (book_build.html / "pt" / f"{name}.html").read_text()
+        assert "cell_output" in page, f"pt/{name}: no executed output"
+        assert not re.search(r'class="output traceback', page), f"pt/{name} shows an error"
+
+
+def test_edition_colab_buttons_open_the_edition(book_build):
+    """A pt notebook page opens pt/<notebook> on the Colab edition's branch (and its
+    closing cell the pt exercises)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    base = (
+        "https://colab.research.google.com/github/"
+        f"{config['repository']['url'].removeprefix('https://github.com/')}"
+        f"/blob/{config['repository']['branch']}/pt/"
+    )
+    for name in (n for n in _toc_files() if (ROOT / f"{n}.ipynb").exists()):
+        html = (book_build.html / "pt" / f"{name}.html").read_text()
+        links = set(re.findall(r'href="(https://colab\.research\.google\.com[^"]*)"', html))
+        assert f"{base}{name}.ipynb" in links, f"pt/{name}: {sorted(links)}"
+        assert all(
+            link.startswith(f"{base}exercises/") or link == f"{base}{name}.ipynb" for link in links
+        )
+
+
+def test_edition_numbers_figures_in_portuguese(book_build):
+    html = (book_build.html / "pt" / "notebooks" / "ch01_rnn_bottleneck.html").read_text()
+    assert '<span class="caption-number">Figura 1.1 </span>' in html
+    assert 'href="../slides/ch01_rnn_bottleneck.html">Slides da aula' in html
+    assert (book_build.html / "pt" / "slides" / "ch01_rnn_bottleneck.html").is_file()

@@ -16,6 +16,13 @@ Checks, for each page served from localhost with no network:
   accessibility violation on any page, in light and dark mode, alt text of
   images included;
 - every plot a widget draws carries its cell's written alt text.
+  accessibility violation on any page, in light and dark mode;
+- the Portuguese edition (``pt/``, issue 31): a sample of pt pages (one of each kind:
+  pages, chapters with figures, proofs and widgets, an exercise) gets all the checks
+  above, and the language switch of each opens its counterpart in the same tab, both
+  ways (tests/test_book.py checks the switch of every page in the HTML). The edition's pages are built from the same notebooks and templates
+  as the English ones, so the sample covers what differs (their text, its maths, the
+  theme in Portuguese) within CI's time.
 """
 
 from __future__ import annotations
@@ -124,7 +131,18 @@ def _pages() -> list[str]:
     return _toc_files()
 
 
-@pytest.mark.parametrize("page", _pages())
+#: The pt pages that get every check (see the module's docstring).
+PT_SAMPLE = [
+    "pt/book/intro",
+    "pt/book/glossary",
+    "pt/book/errata",
+    "pt/notebooks/ch05_embeddings_tokenization",
+    "pt/notebooks/ch06_attention_geometry",
+    "pt/exercises/ch03_multi_head",
+]
+
+
+@pytest.mark.parametrize("page", _pages() + PT_SAMPLE)
 def test_page_in_browser(browser, site_url, book_build, page):
     source = (book_build.html / f"{page}.html").read_text()
     math_in_source = len(re.findall(r'class="math notranslate nohighlight"', source))
@@ -159,7 +177,7 @@ def test_page_in_browser(browser, site_url, book_build, page):
         assert colab, f"{page}: no Colab launch button"
         assert any(href.endswith(f"/{page}.ipynb") for href in colab), colab
         # any other Colab link is one of this chapter's exercises (its closing cell)
-        chapter = page.removeprefix("notebooks/")[:5]
+        chapter = page.split("/")[-1][:5]
         others = [href for href in colab if not href.endswith(f"/{page}.ipynb")]
         assert all(f"/exercises/{chapter}" in href for href in others), colab
 
@@ -203,7 +221,7 @@ axe.run(document, {runOnly: %s, rules: %s}).then(r => done(r.violations
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-@pytest.mark.parametrize("page", _pages())
+@pytest.mark.parametrize("page", _pages() + PT_SAMPLE)
 def test_page_has_no_serious_accessibility_violation(browser, site_url, book_build, page, mode):
     """axe-core, served from the repository, finds no serious or critical violation of
     WCAG 2.1 A/AA or of its best practices on the page, in the theme's light and dark
@@ -429,3 +447,28 @@ def test_figures_are_readable_in_light_and_dark_mode(browser, site_url):
     browser.execute_script("document.documentElement.dataset.theme = 'light'")
     assert contrast["light"] >= 3 and contrast["dark"] >= 3, (page, name, contrast)
     assert bare < 3, f"control: the measure should see the dimmed figure as unreadable ({bare:.1f})"
+
+
+SWITCH = "document.querySelector('a.btn-language-switch')"
+
+
+@pytest.mark.parametrize("page", [p.removeprefix("pt/") for p in PT_SAMPLE])
+def test_language_switch_opens_the_counterpart(browser, site_url, page):
+    """On the English page, the header's language button opens the pt page, in the same
+    tab (book/_static/a11y.js drops the theme's target="_blank"), and the pt page's
+    button leads back. (tests/test_book.py checks every page pair's link in the HTML;
+    clicking every pair here would cost CI five minutes.)"""
+    for here, there, lang in ((page, f"pt/{page}", "pt-BR"), (f"pt/{page}", page, "en")):
+        browser.get(f"{site_url}/{here}.html")
+        _wait_for(browser, "return document.readyState === 'complete'")
+        link = _wait_for(browser, f"return {SWITCH} && !{SWITCH}.hasAttribute('target')")
+        assert link, f"{here}: no language switch, or it opens another tab"
+        browser.execute_script(f"{SWITCH}.click()")
+        arrived = _wait_for(
+            browser,
+            f"return location.pathname.endsWith('/{there}.html') && "
+            "document.readyState === 'complete'",
+        )
+        assert arrived, f"{here}: the language switch opened {browser.current_url}"
+        assert browser.execute_script("return document.documentElement.lang") == lang
+        assert len(browser.window_handles) == 1, f"{here}: the switch opened a new tab"

@@ -42,12 +42,14 @@ def _code(nb: dict) -> list[str]:
 
 
 def test_every_chapter_and_exercise_is_converted(converted):
+    """Those of the English edition and of every edition in another language (pt/)."""
+    assert edition.editions() == ["pt"]
     sources = sorted(
         p.relative_to(ROOT).as_posix()
-        for folder in ("notebooks", "exercises")
+        for folder in ("notebooks", "exercises", "pt/notebooks", "pt/exercises")
         for p in (ROOT / folder).glob("*.ipynb")
     )
-    assert sorted(converted) == sources
+    assert len(sources) == 2 * 42 and sorted(converted) == sources
 
 
 def test_no_myst_is_left(converted):
@@ -74,7 +76,8 @@ def test_figures_become_images_with_alt_text_and_the_website_number(converted):
             image = f"{edition.SITE}/_images/{match.group('arg').strip().split('/')[-1]}"
             label = re.search(r"^:name:\s*(\S+)", match.group("body"), re.M).group(1)
             assert f"]({image})" in _markdown(nb), f"{name}: {image} is not shown"
-            assert f"*Figure {numbers[label]}. " in _markdown(nb), f"{name}: {label} unnumbered"
+            word = "Figura" if name.startswith("pt/") else "Figure"
+            assert f"*{word} {numbers[label]}. " in _markdown(nb), f"{name}: {label} unnumbered"
     assert seen >= 12
 
 
@@ -83,6 +86,13 @@ def test_citations_are_author_year_with_a_reference_list(converted):
     assert "(Vaswani et al., 2017)" in _markdown(ch03)
     last = "".join(ch03["cells"][-1]["source"])
     assert last.startswith("## References") and "Attention Is All You Need" in last
+    # the Portuguese edition's: its own heading, the English notebook's computed numbers
+    ch03_pt = converted["pt/notebooks/ch03_self_attention.ipynb"]
+    assert "(Vaswani et al., 2017)" in _markdown(ch03_pt)
+    last = "".join(ch03_pt["cells"][-1]["source"])
+    assert last.startswith("## Referências") and "Attention Is All You Need" in last
+    if "(a number this notebook computes below)" not in _markdown(ch03):  # values cached
+        assert "(um número que este notebook calcula abaixo)" not in _markdown(ch03_pt)
 
 
 def test_theorems_numbers_and_glue_are_converted():

@@ -97,6 +97,13 @@ def chapters(root: Path = ROOT) -> list[Path]:
     return sorted((root / "notebooks").glob("ch[0-9][0-9]_*.ipynb"))
 
 
+def english(notebook: Path) -> str:
+    """The English chapter a notebook is (itself, or the one an edition such as
+    ``pt/notebooks/...`` translates), as a repository path."""
+    rel = notebook.relative_to(ROOT).as_posix()
+    return rel.split("/", 1)[1] if not rel.startswith("notebooks/") else rel
+
+
 def plan_path(notebook: Path) -> Path:
     return PLAN_DIR / f"{notebook.name[:4]}.yml"
 
@@ -111,8 +118,8 @@ def load_plan(notebook: Path) -> tuple[str, dict[str, CellPlan]]:
         )
     data = yaml.safe_load(path.read_text()) or {}
     where = path.relative_to(ROOT)
-    if data.get("notebook") != notebook.relative_to(ROOT).as_posix():
-        raise PlanError(f"{where}: `notebook:` must be {notebook.relative_to(ROOT).as_posix()}")
+    if data.get("notebook") != english(notebook):
+        raise PlanError(f"{where}: `notebook:` must be {english(notebook)}")
     default = data.get("default", "skip")
     if default not in SLIDE_TYPES:
         raise PlanError(f"{where}: default {default!r} is not one of {SLIDE_TYPES}")
@@ -392,21 +399,27 @@ def executed(notebook: Path, cache_dir: Path):
     return nb
 
 
-def deck_notebook(notebook: Path, cache_dir: Path, converter=None):
-    """The executed notebook prepared for the slides exporter (nbformat node)."""
+def deck_notebook(notebook: Path, cache_dir: Path, converter=None, lang: str | None = None):
+    """The executed notebook prepared for the slides exporter (nbformat node); ``lang``
+    names the edition a notebook of ``<lang>/notebooks/`` belongs to."""
     import nbformat
 
     colab = _load_tool("colab_edition")
     nb = executed(notebook, cache_dir)
     _, plans = load_plan(notebook)
     doc = notebook.relative_to(ROOT).with_suffix("").as_posix()
+    site = f"{colab.SITE}/{lang}" if lang else colab.SITE
     if converter is None:
         converter = colab.Converter(
             colab.load_bibliography(ROOT / "book" / "references.bib"),
             colab.figure_numbers(),
             {},
+            lang=lang,
         )
-    converter.values = {doc: _glue_values(nb)}
+    converter.values = {
+        doc: _glue_values(nb),
+        english(notebook).removesuffix(".ipynb"): _glue_values(nb),
+    }
     converter.doc, converter.cited = doc, []
     cells = []
     for cell in nb.cells:
@@ -427,11 +440,11 @@ def deck_notebook(notebook: Path, cache_dir: Path, converter=None):
             continue
         if cell.cell_type != "markdown":
             continue
-        text = _local_links(converter.markdown(cell.source), colab.SITE)
+        text = _local_links(converter.markdown(cell.source), site)
         notes = ""
         if kind != "notes" and plan.show == "condensed":
             shown, notes = condense(cell.source)
-            text = _local_links(converter.markdown(shown), colab.SITE)
+            text = _local_links(converter.markdown(shown), site)
             text, caption = _figure_without_caption(text)
             notes = "\n\n".join(p for p in (caption, converter.markdown(notes)) if p)
         cell.source = text
@@ -465,14 +478,20 @@ def _exporter():
 
 
 def export(
-    out: Path, cache_dir: Path = DEFAULT_CACHE, notebooks: list[Path] | None = None
+    out: Path,
+    cache_dir: Path = DEFAULT_CACHE,
+    notebooks: list[Path] | None = None,
+    lang: str | None = None,
 ) -> list[Path]:
-    """Write one reveal.js deck per chapter into ``out`` (``slides/`` of the site)."""
+    """Write one reveal.js deck per chapter into ``out`` (``slides/`` of the site); with
+    ``lang``, the decks of that edition's chapters (``<lang>/notebooks/``)."""
     out.mkdir(parents=True, exist_ok=True)
     exporter = _exporter()
     written = []
+    if notebooks is None and lang:
+        notebooks = [ROOT / lang / p.relative_to(ROOT) for p in chapters()]
     for notebook in notebooks or chapters():
-        nb = deck_notebook(notebook, cache_dir)
+        nb = deck_notebook(notebook, cache_dir, lang=lang)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
         target = out / f"{notebook.stem}.html"
         target.write_text(body)

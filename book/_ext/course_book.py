@@ -473,6 +473,19 @@ def _deck_uri(app: Sphinx, docname: str, chapter: str) -> str:
     return relative_uri(app.builder.get_target_uri(docname), target)
 
 
+def _words(app: Sphinx) -> dict[str, str]:
+    """This build's words: English, or those of the edition it builds (course_i18n)."""
+    lang = getattr(app.config, "course_edition", "")
+    if not lang:
+        return {
+            "lecture_slides": "Lecture slides",
+            "lecture_slides_note": " (reveal.js; press S for the speaker notes)",
+        }
+    from course_i18n import words
+
+    return words(lang)
+
+
 def _link_chapter_deck(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     """Below a chapter's title: a link to its lecture slides."""
     if app.builder.format != "html" or not CHAPTER_DOC.match(docname):
@@ -480,9 +493,10 @@ def _link_chapter_deck(app: Sphinx, doctree: nodes.document, docname: str) -> No
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is None or not isinstance(section[0], nodes.title):
         return
-    link = nodes.reference("", "Lecture slides", refuri=_deck_uri(app, docname, docname))
+    said = _words(app)
+    link = nodes.reference("", said["lecture_slides"], refuri=_deck_uri(app, docname, docname))
     para = nodes.paragraph("", "", link, classes=["course-slides-link"])
-    para += nodes.Text(" (reveal.js; press S for the speaker notes)")
+    para += nodes.Text(said["lecture_slides_note"])
     section.insert(1, para)
 
 
@@ -515,8 +529,9 @@ def _write_decks(app: Sphinx, exception: Exception | None) -> None:
     cache = app.env.mystnb_config.execution_cache_path
     cache = Path(cache) if cache else Path(app.outdir).parent / ".jupyter_cache"
     slides = _slides_tool()
+    lang = getattr(app.config, "course_edition", "") or None
     try:
-        written = slides.export(Path(app.outdir) / "slides", cache.resolve())
+        written = slides.export(Path(app.outdir) / "slides", cache.resolve(), lang=lang)
     except slides.PlanError as exc:
         logger.warning(f"lecture slides not written: {exc}")
         return

@@ -10,7 +10,9 @@
 // - the plots a widget draws (an <img> with no alt, from the embedded widget state)
 //   get the written alt text of their notebook cell (metadata course.widget_alt),
 //   which book/_ext/course_widget_alt.py leaves in the cell's output as
-//   <div class="course-widget-alt" hidden data-alt="...">.
+//   <div class="course-widget-alt" hidden data-alt="...">;
+// - the language switch (book/_ext/course_i18n.py) opens the other language's page in
+//   the same tab: the theme writes every header link with target="_blank".
 (function () {
   "use strict";
   function fix(root) {
@@ -22,6 +24,9 @@
     });
     root.querySelectorAll(".citation-list[role='list']").forEach(function (e) {
       e.removeAttribute("role");
+    });
+    root.querySelectorAll("a.btn-language-switch[target]").forEach(function (a) {
+      a.removeAttribute("target");
     });
     root.querySelectorAll("[role='slider']:not([aria-label]):not([aria-labelledby])").forEach(
       function (s) {
