@@ -75,6 +75,37 @@ def test_colab_button_opens_each_notebook_of_the_colab_edition(book_build):
         assert "colab-badge.svg" not in html, f"{name} shows the Colab badge image"
 
 
+# Maths that MyST did not parse as maths: a display block ($$ on its own line) that
+# follows a line of text inside a list item is read as inline maths between two
+# stray dollars, and a continuation line that starts with "+" becomes a nested list
+# (Chapter 10 showed both, found by the PDF handouts' raw-TeX check).
+STRAY_MATH = re.compile(r'\$<span class="math|</span>\$|\$\$')
+
+
+def untypeset_maths(html: str) -> list[str]:
+    """Text around each dollar sign left in the page's prose (not in code blocks)."""
+    prose = re.sub(r"<pre.*?</pre>|<script.*?</script>", "", html, flags=re.S)
+    return [prose[max(0, m.start() - 60) : m.end() + 20] for m in STRAY_MATH.finditer(prose)]
+
+
+def test_no_page_shows_untypeset_maths(book_build):
+    """Every page's maths is typeset: no `$` left beside or outside a maths span."""
+    found = {}
+    for page in sorted(book_build.html.rglob("*.html")):
+        rel = page.relative_to(book_build.html).as_posix()
+        if rel.startswith(("_", "reports/")) or "slides/" in rel:
+            continue
+        if hits := untypeset_maths(page.read_text(encoding="utf-8")):
+            found[rel] = hits[:2]
+    assert not found, f"maths shown as raw TeX (blank line around the $$ block?): {found}"
+
+
+def test_the_untypeset_maths_check_sees_a_stray_dollar():
+    """Control: the HTML MyST wrote for Chapter 10's list-item equation before its fix."""
+    bad = '<p>learned,\n$<span class="math notranslate nohighlight">\\(x\\)</span>$</p>'
+    assert untypeset_maths(bad) and not untypeset_maths(bad.replace("$", ""))
+
+
 def test_site_loads_nothing_from_a_cdn(book_build):
     """The site must render offline: no script, stylesheet or font from another host."""
     remote = re.compile(r"^(https?:)?//")
