@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,3 +82,40 @@ def deadline(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def chrome(width: int, height: int, logs: tuple[str, ...] = ("browser",)):
+    """Debian's headless Chromium through selenium, the window ``width`` x ``height``,
+    keeping the named logs; skips the test (fails it on CI) when chromium is missing."""
+    if not (CHROMIUM and CHROMEDRIVER):
+        message = (
+            "Debian's chromium and chromium-driver are needed: "
+            "apt-get update && apt-get install -y chromium chromium-driver"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--window-size={width},{height}",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {log: "ALL" for log in logs})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    return driver

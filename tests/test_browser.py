@@ -30,21 +30,16 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import re
-import shutil
 import threading
 import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, chrome
 from tests.test_alt_text import alt_problem
 from tests.test_book import _toc_files
 from tests.test_figures import figures_by_page
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 
 # Console messages that are harmless here. Keep each one justified.
 ALLOWED_CONSOLE = [
@@ -70,33 +65,7 @@ def site_url(book_build):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (CHROMIUM and CHROMEDRIVER):
-        message = (
-            "Debian's chromium and chromium-driver are needed: "
-            "apt-get update && apt-get install -y chromium chromium-driver"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,1000",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
+    driver = chrome(1280, 1000)
     yield driver
     driver.quit()
 

@@ -23,17 +23,16 @@ def small_gpt(seed=0):
     return gpt.GPT(config, 50).eval()
 
 
+def _gpt2_config(**extra) -> GPT2Config:
+    """The transformers config of small_gpt's shape (no dropout), plus ``extra``."""
+    return GPT2Config(
+        vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=4,
+        activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **extra,
+    )  # fmt: skip
+
+
 def test_blocks_match_gpt2():
-    cfg = GPT2Config(
-        vocab_size=50,
-        n_positions=16,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        activation_function="gelu",
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
+    cfg = _gpt2_config(
         layer_norm_epsilon=1e-5,
         bos_token_id=None,
         eos_token_id=None,
@@ -583,17 +582,7 @@ def test_load_gpt2_weights_from_the_lm_head_model_and_missing_keys():
     state dict without a block's weights is an error naming them."""
     from transformers import GPT2LMHeadModel
 
-    cfg = GPT2Config(
-        vocab_size=50,
-        n_positions=16,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        activation_function="gelu",
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    cfg = _gpt2_config()
     torch.manual_seed(2)
     hf = GPT2LMHeadModel(cfg).eval()
     ours = gpt.load_gpt2_weights(small_gpt(), hf.state_dict())

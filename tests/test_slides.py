@@ -45,13 +45,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, load_tool
+from tests.conftest import ROOT, chrome, load_tool
 from tests.test_alt_text import alt_problem
 
 slides = load_tool("slides")
 CHAPTERS = slides.chapters()
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 
 
 # ---------------------------------------------------------------------------
@@ -210,33 +208,7 @@ def slides_url(slides_site):
 
 @pytest.fixture(scope="module")
 def slide_browser():
-    if not (CHROMIUM and CHROMEDRIVER):
-        message = (
-            "Debian's chromium and chromium-driver are needed: "
-            "apt-get update && apt-get install -y chromium chromium-driver"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,720",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
+    driver = chrome(1280, 720, logs=("browser", "performance"))
     driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
         {"width": 1280, "height": 720, "deviceScaleFactor": 1, "mobile": False},
