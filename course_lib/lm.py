@@ -194,9 +194,11 @@ def train_lm_seeds(
     ``vmap``-ed, so a step pays one model's Python overhead, not ``S``.  AdamW is
     elementwise: one optimizer over the stacked tensors is ``S`` independent ones.  A
     model that cannot run under ``vmap`` (attention that must return its weights) is
-    trained copy after copy instead.  ``after_backward(params)`` sees the stacked
-    parameters (name -> ``[S, ...]``, ``.grad`` before clipping) after each backward
-    pass.  The trained weights are copied back into ``models``.
+    trained copy after copy instead, as is a single model without ``after_backward`` (its
+    own loop keeps the fused attention that ``vmap`` lacks on the CPU).
+    ``after_backward(params)`` sees the stacked parameters (name -> ``[S, ...]``,
+    ``.grad`` before clipping) after each backward pass.  The trained weights are copied
+    back into ``models``.
     """
     if len(models) < 1 or len(models) != len(seeds):
         raise ValueError(
@@ -207,21 +209,22 @@ def train_lm_seeds(
     device = next(models[0].parameters()).device
     options = dict(block=block, batch_size=batch_size, lr=lr, progress=progress)
     options |= dict(weight_decay=weight_decay, clip_norm=clip_norm)
-    make = [
-        batches(data, block, batch_size, generator=torch.Generator().manual_seed(s), device=device)
-        for s in seeds
-    ]
     params, buffers = stack_module_state(list(models))  # name -> [S, ...]
     base = copy.deepcopy(models[0]).to("meta")  # the architecture, without weights
     for m in (*models, base):
         m.train()
     probe = data[:2].expand(len(models), 1, 2).to(device)  # [S, 1, 2]
-    if not _vmappable(base, params, buffers, probe):  # one copy after the other
+    alone = len(models) == 1 and after_backward is None
+    if alone or not _vmappable(base, params, buffers, probe):  # one copy after the other
         losses = [
             train_lm(m, data, steps, seed=s, desc=f"{desc} (seed {s})", **options)
             for m, s in zip(models, seeds, strict=True)
         ]
         return torch.tensor(losses).T
+    make = [
+        batches(data, block, batch_size, generator=torch.Generator().manual_seed(s), device=device)
+        for s in seeds
+    ]
     stacked = list(params.values())
     # foreach: one call per operation over all tensors, the same weights as the CPU's default
     # loop over tensors (tested), with less Python per step (as course_lib.training.train)

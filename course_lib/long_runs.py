@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]  # the checkout, where cells_hash rea
 
 
 # name: the notebook, the environment that sets its budget, the cells (by id) that define and
-# measure the experiment, the recorded numbers kept (by prefix), the seeds, and its cost.
+# measure the experiment, the recorded numbers kept (by prefix), the seeds, and its cost; and,
+# optionally, "skip": cells among them that the run leaves out (those that read this record).
 _CH10 = {
     "notebook": "notebooks/ch10_time_series.ipynb",
     # the data; the forecast windows; the four models' training; their validation record
@@ -72,6 +73,31 @@ LONG_RUNS: dict[str, dict] = {
         "keep": ["sweep_"],
         "seeds": [0, 1, 2, 3],
         "minutes": "about 4 a seed, up to 5",
+    },
+    # chapter 7's extrapolation arms and learned table with three seeds each (the chapter
+    # trains one live), over four chapter seeds
+    "ch07_positions": {
+        "notebook": "notebooks/ch07_absolute_positions.ipynb",
+        "env": {"COURSE_CH07_RUNS": "3"},
+        # the model, the five arms' training and measures; the learned table's training, the
+        # similarity of its rows and its best shift map
+        "cells": ["133b6c91", "bcf82803", "4df0843c", "c7shift02"],
+        "skip": ["c7long01"],
+        "keep": ["x7_", "late_over_early_", "learned_", "random_shift_fit"],
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 1.5 a seed",
+    },
+    # chapter 8's eight position methods with three seeds each (the chapter trains one live),
+    # and position interpolation on their RoPE models, over four chapter seeds
+    "ch08_positions": {
+        "notebook": "notebooks/ch08_relative_positions.ipynb",
+        "env": {"COURSE_CH08_RUNS": "3"},
+        # the setup; every method's training and evaluation; position interpolation
+        "cells": ["14e1e756", "681b1fbe", "c8pi0002"],
+        "skip": ["c8long01"],
+        "keep": ["x8_"],
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 2 a seed",
     },
 }
 

@@ -52,6 +52,17 @@ def test_train_lm_seeds_equals_one_model_at_a_time(method):
             assert torch.allclose(p, q, atol=tol), (name, (p - q).abs().max())
 
 
+@pytest.mark.parametrize("method", ["sinusoidal", "alibi"])
+def test_train_lm_seeds_trains_a_single_model_as_train_lm_does(method):
+    """One model (no after_backward) takes train_lm's own loop: the very same weights."""
+    one, ref = _models(method, 1), _models(method, 1)
+    losses = lm.train_lm_seeds(one, DATA, 6, seeds=[3], block=8, batch_size=4, progress=False)
+    expected = lm.train_lm(ref[0], DATA, 6, block=8, batch_size=4, seed=3, progress=False)
+    assert losses.shape == (6, 1) and losses[:, 0].tolist() == expected
+    for p, q in zip(one[0].parameters(), ref[0].parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
 def test_train_lm_seeds_sees_each_models_gradient_and_refuses_bad_input():
     seen = []
     models = _models("learned", 3)

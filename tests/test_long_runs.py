@@ -90,6 +90,29 @@ def test_the_run_stops_at_the_experiments_last_cell(tmp_path, monkeypatch):
     assert [c["id"] for c in json.loads(out.read_text())["cells"]] == ["a", "b"]
 
 
+def test_the_run_leaves_out_the_cells_that_read_the_record(tmp_path, monkeypatch):
+    """A reader cell between the experiment's cells ("skip") is not run; a skip list naming
+    an experiment cell or a cell past the run is refused, naming the notebook."""
+    cells = [{"id": i, "cell_type": "code", "source": [f"x = '{i}'"]} for i in "abcd"]
+    (tmp_path / "n.ipynb").write_text(json.dumps({"cells": cells}))
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    (tmp_path / "copy").mkdir()
+    spec = {"notebook": "n.ipynb", "cells": ["a", "c"], "skip": ["b"]}
+    out = tool._experiment(spec, tmp_path / "copy")
+    assert [c["id"] for c in json.loads(out.read_text())["cells"]] == ["a", "c"]
+    for skip in (["a"], ["d"], ["zz"]):
+        with pytest.raises(ValueError, match="n.ipynb"):
+            tool._experiment(dict(spec, skip=skip), tmp_path / "copy")
+
+
+@pytest.mark.parametrize("name", sorted(long_runs.LONG_RUNS))
+def test_skipped_cells_are_in_the_notebook_and_read_the_record(name):
+    spec = long_runs.LONG_RUNS[name]
+    cells = {c.get("id"): c for c in json.loads((ROOT / spec["notebook"]).read_text())["cells"]}
+    for i in spec.get("skip", []):
+        assert f'long_runs.load("{name}")' in "".join(cells[i]["source"]), (name, i)
+
+
 def test_code_digest_follows_the_code_cells_only(tmp_path):
     """A notebook's code digest changes with any code cell and with no Markdown cell."""
     from course_lib.long_runs import code_digest
@@ -121,3 +144,35 @@ def test_ch13_record_has_every_size_arm_and_seed():
             for pct in (5, 20, 100):
                 accs = [results[f"sweep_{arm}_{pct}_{i}"] for i in range(3)]
                 assert all(0.5 < a <= 1 for a in accs), (arm, pct, accs)
+
+
+@pytest.mark.parametrize(
+    "name, arms, numbers",
+    [
+        ("ch07_positions", ("unit", "sqrt_d", "small", "paper", "none"),
+         ("base", "worst", "seen", "beyond")),
+        ("ch08_positions", ("none", "sinusoidal", "paper", "shaw", "t5", "alibi", "rope"),
+         ("1x", "2x", "4x", "8x")),
+    ],
+)  # fmt: skip
+def test_ch07_ch08_records_have_every_arm_and_seed(name, arms, numbers):
+    """The chapters read three models per arm from each chapter seed (Chapter 8's learned
+    table has a loss at 1x only, and its RoPE models four losses at 8x)."""
+    runs = long_runs.load(name)["runs"]
+    assert long_runs.LONG_RUNS[name]["env"] == {f"COURSE_{name[:4].upper()}_RUNS": "3"}
+    for run in runs:
+        results = run["results"]
+        prefix = name[2:4]
+        for arm in arms:
+            for i in range(3):
+                for n in numbers:
+                    assert 0.5 < results[f"x{int(prefix)}_{arm}_{i}_{n}"] < 10, (arm, i, n)
+        assert f"x{int(prefix)}_{arms[0]}_3_{numbers[0]}" not in results  # three, not four
+    if name == "ch08_positions":
+        for run in runs:
+            assert all(f"x8_learned_{i}_1x" in run["results"] for i in range(3))
+            assert not any(
+                k.startswith("x8_learned_") and not k.endswith("_1x") for k in run["results"]
+            )
+            assert all(f"x8_pi_{i}_{k}" in run["results"] for i in range(3)
+                       for k in ("plain", "interp", "plain_ft", "interp_ft"))  # fmt: skip

@@ -37,10 +37,18 @@ def _tool(name: str):
 
 def _experiment(spec: dict, folder: Path) -> Path:
     """The notebook up to its last experiment cell (what follows, such as a cell that
-    reads this very record, is not part of the run), written into ``folder``."""
+    reads this very record, is not part of the run), less the cells in ``spec["skip"]``
+    (a cell among them that reads the record), written into ``folder``."""
     nb = json.loads((ROOT / spec["notebook"]).read_text())
     last = max(i for i, c in enumerate(nb["cells"]) if c.get("id") in spec["cells"])
-    nb["cells"] = nb["cells"][: last + 1]
+    skip = set(spec.get("skip", ()))
+    missing = skip - {c.get("id") for c in nb["cells"][: last + 1]}
+    if missing or skip & set(spec["cells"]):
+        raise ValueError(
+            f"long run: skip {sorted(skip)} must name cells before the last experiment cell "
+            f"and none of the experiment's own ({spec['notebook']} has no {sorted(missing)})"
+        )
+    nb["cells"] = [c for c in nb["cells"][: last + 1] if c.get("id") not in skip]
     path = folder / Path(spec["notebook"]).name
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return path
