@@ -39,6 +39,10 @@
   notebooks of MyST-NB's execution cache (nothing is executed again); each
   chapter page links its deck below its title, and the ``course-slides``
   directive (the instructor guide) lists every deck.
+- PDF handouts (``tools/handouts.py``, run after the build): each chapter page
+  also links its handout and its deck's PDF under ``handouts/``, and
+  ``course-slides`` lists them with the whole book's PDF; the pages' print
+  stylesheet ``print.css`` (``book/_static``) is what Chromium prints them with.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -46,6 +50,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib.util
 import json
@@ -459,35 +464,57 @@ def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> No
     scripts[:] = unique  # in place: later handlers (MathJax) append to this list
 
 
-def _slides_tool():
-    """tools/slides.py, the one implementation of the lecture plans and decks."""
-    spec = importlib.util.spec_from_file_location("course_slides", ROOT / "tools" / "slides.py")
+@functools.cache
+def _tool(name: str):
+    """A maintainer tool of tools/ as a module (tools/slides.py: the lecture plans and
+    decks; tools/handouts.py: the PDFs)."""
+    spec = importlib.util.spec_from_file_location(f"course_{name}", ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def _deck_uri(app: Sphinx, docname: str, chapter: str) -> str:
-    """The relative address of a chapter's deck from the page ``docname``."""
-    target = f"slides/{_slides_tool().deck_name(chapter)}"
+def _slides_tool():
+    return _tool("slides")
+
+
+def _site_files(chapter: str) -> dict[str, str]:
+    """A chapter's deck and its two PDFs, as paths under the site's root."""
+    handouts = _tool("handouts")
+    return {
+        "deck": f"slides/{_slides_tool().deck_name(chapter)}",
+        "slides PDF": f"{handouts.HANDOUTS}/{handouts.deck_pdf_name(chapter)}",
+        "handout": f"{handouts.HANDOUTS}/{handouts.handout_name(chapter)}",
+    }
+
+
+def _site_uri(app: Sphinx, docname: str, target: str) -> str:
+    """The relative address of ``target`` (a path under the site's root) from ``docname``."""
     return relative_uri(app.builder.get_target_uri(docname), target)
 
 
 def _link_chapter_deck(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    """Below a chapter's title: a link to its lecture slides."""
+    """Below a chapter's title: links to its lecture slides, their PDF and its handout."""
     if app.builder.format != "html" or not CHAPTER_DOC.match(docname):
         return
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is None or not isinstance(section[0], nodes.title):
         return
-    link = nodes.reference("", "Lecture slides", refuri=_deck_uri(app, docname, docname))
+    files = _site_files(docname)
+    link = nodes.reference("", "Lecture slides", refuri=_site_uri(app, docname, files["deck"]))
     para = nodes.paragraph("", "", link, classes=["course-slides-link"])
-    para += nodes.Text(" (reveal.js; press S for the speaker notes)")
+    para += nodes.Text(" (reveal.js; press S for the speaker notes); PDF: ")
+    para += nodes.reference("", "slides", refuri=_site_uri(app, docname, files["slides PDF"]))
+    para += nodes.Text(", ")
+    para += nodes.reference(
+        "", "chapter handout", refuri=_site_uri(app, docname, files["handout"])
+    )
     section.insert(1, para)
 
 
 class CourseSlides(SphinxDirective):
-    """A list of every chapter's lecture deck (the instructor guide)."""
+    """Every chapter's lecture deck, its PDF and the chapter's handout, then the whole
+    book's PDF (the instructor guide)."""
 
     has_content = False
 
@@ -495,17 +522,31 @@ class CourseSlides(SphinxDirective):
         items = nodes.bullet_list(classes=["course-slides-list"])
         for notebook in _slides_tool().chapters():
             doc = notebook.relative_to(ROOT).with_suffix("").as_posix()
+            files = _site_files(doc)
             para = nodes.paragraph()
-            para += nodes.reference("", notebook.stem, refuri=f"slides:{doc}")
+            para += nodes.reference("", notebook.stem, refuri=f"site:{files['deck']}")
+            para += nodes.Text(" (PDF: ")
+            para += nodes.reference("", "slides", refuri=f"site:{files['slides PDF']}")
+            para += nodes.Text(", ")
+            para += nodes.reference("", "chapter handout", refuri=f"site:{files['handout']}")
+            para += nodes.Text(")")
             items += nodes.list_item("", para)
-        return [items]
+        handouts = _tool("handouts")
+        book = nodes.paragraph(classes=["course-book-pdf"])
+        book += nodes.Text("The whole book in one PDF: ")
+        book += nodes.reference(
+            "", handouts.BOOK_PDF, refuri=f"site:{handouts.HANDOUTS}/{handouts.BOOK_PDF}"
+        )
+        book += nodes.Text(" (every page of the contents in order, one bookmark per page).")
+        return [items, book]
 
 
 def _resolve_deck_links(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """``site:PATH`` references (a path under the site's root) made relative to the page."""
     for ref in doctree.findall(nodes.reference):
         uri = ref.get("refuri", "")
-        if uri.startswith("slides:"):
-            ref["refuri"] = _deck_uri(app, docname, uri.removeprefix("slides:"))
+        if uri.startswith("site:"):
+            ref["refuri"] = _site_uri(app, docname, uri.removeprefix("site:"))
 
 
 def _write_decks(app: Sphinx, exception: Exception | None) -> None:
@@ -540,4 +581,5 @@ def setup(app: Sphinx) -> dict:
     app.add_post_transform(_TagOutsideSplit)
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     app.add_js_file("a11y.js")  # book/_static: names the theme's buttons and the sliders
+    app.add_css_file("print.css", media="print")  # book/_static: the pages on paper
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}

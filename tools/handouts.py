@@ -1,0 +1,428 @@
+"""PDF handouts of the website: one per chapter, one of the whole book, one per deck.
+
+Printed by Debian's Chromium from the built site (``jupyter-book build .`` first;
+it also writes the reveal.js decks under ``slides/``), served from a local HTTP
+server, with the pages' print stylesheet (``book/_static/print.css``: no
+navigation, figures kept with their captions, code wrapped rather than cut)::
+
+    python tools/handouts.py [--site _build/html] [--only ch03 ch07]
+
+writes into ``<site>/handouts/``:
+
+- ``chNN_name.pdf``: the chapter's page, A4, after MathJax has typeset every
+  equation, every image has loaded and the widgets have drawn (their initial
+  state, as on the site);
+- ``chNN_name-slides.pdf``: the chapter's deck in reveal.js's print mode
+  (``?print-pdf``), one 1280 x 720 page per slide;
+- ``book.pdf``: every page of the table of contents in its order (the
+  chapters, the exercises, the appendices), one bookmark per page with the
+  page's own headings below it.
+
+Chromium is driven with selenium and prints with Chrome DevTools'
+``Page.printToPDF``; nothing is fetched from the network. The chapter pages
+link their two PDFs and the instructor guide lists them all (the book's
+extension, ``book/_ext/course_book.py``); a site built without this step has
+those links dangling until it runs (the website's workflow runs it after the
+build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import functools
+import http.server
+import importlib.util
+import io
+import re
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SITE = ROOT / "_build" / "html"
+HANDOUTS = "handouts"  # the folder of the site the PDFs go to
+BOOK_PDF = "book.pdf"
+CHAPTER = re.compile(r"^notebooks/(ch\d\d_\w+)$")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+MISSING_BROWSER = (
+    "Debian's chromium and chromium-driver are needed: "
+    "apt-get update && apt-get install -y chromium chromium-driver"
+)
+#: Chromium's flags for every use here and in the browser tests: headless, and no
+#: request of its own to any other host (updates, sync, safe browsing).
+CHROME_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
+
+#: A4 in inches, 15 mm margins, the page number and the page's title in the footer.
+A4 = {"paperWidth": 8.27, "paperHeight": 11.69}
+MARGIN_IN = 15 / 25.4
+TAGGED = True
+FOOTER = (
+    '<div style="font-size:8px;width:100%;padding:0 15mm;display:flex;'
+    'justify-content:space-between;color:#444;font-family:sans-serif">'
+    '<span class="title"></span><span><span class="pageNumber"></span> / '
+    '<span class="totalPages"></span></span></div>'
+)
+
+
+class HandoutError(RuntimeError):
+    """The site or the browser is not there, or a page did not finish drawing."""
+
+
+# ---------------------------------------------------------------------------
+# What is printed
+# ---------------------------------------------------------------------------
+
+
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """Every page of ``_toc.yml``, in the book's order (docnames, no suffix)."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        for chapter in part.get("chapters", []):
+            files.append(chapter["file"])
+            files.extend(s["file"] for s in chapter.get("sections", []))
+    return files
+
+
+def chapter_docs(root: Path = ROOT) -> list[str]:
+    """The chapters' docnames (``notebooks/chNN_name``), in the book's order."""
+    return [doc for doc in toc_pages(root) if CHAPTER.match(doc)]
+
+
+def handout_name(doc: str) -> str:
+    """The file name of a chapter's handout under handouts/."""
+    return f"{Path(doc).name}.pdf"
+
+
+def deck_pdf_name(doc: str) -> str:
+    """The file name of a chapter's deck, printed, under handouts/."""
+    return f"{Path(doc).name}-slides.pdf"
+
+
+# ---------------------------------------------------------------------------
+# The browser and the server
+# ---------------------------------------------------------------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # no line per request
+        pass
+
+
+@contextlib.contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve ``directory`` on a free port of 127.0.0.1; yields the site's URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def chrome(width: int = 1280, height: int = 1000, logging: dict | None = None):
+    """Debian's headless Chromium under selenium; HandoutError naming the fix if absent."""
+    if not (CHROMIUM and CHROMEDRIVER):
+        raise HandoutError(MISSING_BROWSER)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROME_FLAGS, f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    if logging:
+        options.set_capability("goog:loggingPrefs", logging)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+def wait_for(driver, script: str, timeout: float = 30.0):
+    """Poll a JavaScript expression (a ``return ...`` body) until it is truthy; its last value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = driver.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.2)
+    return driver.execute_script(script)
+
+
+# A page is ready to print once MathJax has typeset everything (its startup promise
+# resolved and as many containers as the source has math), every image has loaded
+# (lazy ones are made eager first) and the widgets have drawn, if it has any.
+PAGE_READY = """
+if (document.readyState !== 'complete') return false;
+document.querySelectorAll('img[loading="lazy"]').forEach(i => i.loading = 'eager');
+const math = document.querySelectorAll('.math').length;
+if (math) {
+  if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return false;
+  if (!window.__typeset) { MathJax.startup.promise.then(() => { window.__typeset = true; }); return false; }
+  if (document.querySelectorAll('mjx-container').length < math) return false;
+}
+if (!Array.from(document.images).every(i => i.complete)) return false;
+const state = document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]');
+return !state || document.querySelectorAll('.jupyter-widgets, .widget-box').length > 0;
+"""
+
+# Run in the print layout (print media, the width of the paper's printable area):
+# - the light theme;
+# - links into the site point at the published site (the local server is gone when
+#   the PDF is read); links within the page stay, as the PDF's internal links;
+# - a display equation, table or widget wider than the page is scaled down to fit
+#   (CSS zoom) rather than cut at the edge.
+# Returns what is still wider than the page, for the log.
+PREPARE = """
+const site = arguments[0];
+document.documentElement.dataset.theme = 'light';
+document.documentElement.dataset.mode = 'light';
+for (const a of document.querySelectorAll('a[href]')) {
+  const url = new URL(a.getAttribute('href'), location.href);
+  if (url.origin !== location.origin) continue;
+  if (url.pathname === location.pathname && url.hash) continue;
+  a.setAttribute('href', site + url.pathname + url.search + url.hash);
+}
+const extent = el => {
+  let left = Infinity, right = -Infinity;
+  for (const e of [el, ...el.querySelectorAll('*')]) {
+    const r = e.getBoundingClientRect();
+    if (r.width > 0) { left = Math.min(left, r.left); right = Math.max(right, r.right); }
+  }
+  return [left, right];
+};
+const page = document.documentElement.clientWidth;
+const wide = 'mjx-container[display="true"], table, .jupyter-widgets, .widget-box, .cell_output img';
+let fitted = 0;
+for (const el of document.querySelectorAll(wide)) {
+  if (el.parentElement.closest(wide)) continue;
+  const box = el.parentElement.getBoundingClientRect();
+  const [left, right] = extent(el);
+  const width = Math.max(right, box.right) - Math.min(left, box.left);
+  if (width > box.width + 1) {
+    el.style.zoom = (box.width / width * 0.98).toFixed(3);
+    fitted += 1;
+  }
+}
+const still = [];
+for (const el of document.querySelectorAll('.bd-article *')) {
+  const r = el.getBoundingClientRect();
+  if (r.width > 0 && (r.right > page + 1 || r.left < -1) && !el.closest('mjx-container')) {
+    still.push(el.tagName.toLowerCase() + (el.className && el.className.baseVal === undefined ?
+      '.' + el.className.split(' ')[0] : '') + ': ' + (el.textContent || '').trim().slice(0, 40));
+  }
+}
+return {fitted: fitted, wide: still.slice(0, 5)};
+"""
+
+DECK_READY = """
+if (!(window.Reveal && Reveal.isReady())) return false;
+if (!document.querySelectorAll('.pdf-page').length) return false;
+if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return false;
+if (!window.__typeset) { MathJax.startup.promise.then(() => { window.__typeset = true; }); return false; }
+if (!Array.from(document.images).every(i => i.complete)) return false;
+const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length;
+return views === 0 || document.querySelectorAll('.jupyter-widgets, .widget-box').length > 0;
+"""
+
+
+def _settle(driver, ready: str, what: str, timeout: float) -> None:
+    if not wait_for(driver, ready, timeout):
+        raise HandoutError(
+            f"{what}: MathJax, the images or the widgets did not finish in {timeout:.0f} s"
+        )
+    # the fonts must be in before anything is measured or printed
+    driver.execute_async_script("document.fonts.ready.then(() => arguments[0]())")
+
+
+def _prepare(driver, what: str, log) -> None:
+    """The page in its print layout: light theme, published links, wide things fitted."""
+    width = round((A4["paperWidth"] - 2 * MARGIN_IN) * 96)  # CSS px of the printable width
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
+    )
+    try:
+        result = driver.execute_script(PREPARE, _published_site())
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+    if result["wide"]:
+        log(f"{what}: wider than the page: " + "; ".join(result["wide"]))
+
+
+@functools.cache
+def _published_site() -> str:
+    """The website's address (tools/colab_edition.py, the one place it is written)."""
+    return _load_tool("colab_edition").SITE
+
+
+def _load_tool(name: str):
+    spec = importlib.util.spec_from_file_location(f"_course_{name}", ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def print_page(driver, url: str, what: str, timeout: float = 90.0, log=print) -> bytes:
+    """One page of the book as an A4 PDF (the print stylesheet applies)."""
+    driver.get(url)
+    _settle(driver, PAGE_READY, what, timeout)
+    _prepare(driver, what, log)
+    pdf = driver.execute_cdp_cmd(
+        "Page.printToPDF",
+        {
+            **A4,
+            "marginTop": MARGIN_IN,
+            "marginBottom": MARGIN_IN,
+            "marginLeft": MARGIN_IN,
+            "marginRight": MARGIN_IN,
+            "printBackground": True,
+            "displayHeaderFooter": True,
+            "headerTemplate": "<span></span>",
+            "footerTemplate": FOOTER,
+            "generateDocumentOutline": True,
+            "generateTaggedPDF": TAGGED,
+        },
+    )
+    return base64.b64decode(pdf["data"])
+
+
+def print_deck(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
+    """A reveal.js deck in its print mode: one page per slide, at the deck's size."""
+    driver.get(url + "?print-pdf")
+    _settle(driver, DECK_READY, what, timeout)
+    pdf = driver.execute_cdp_cmd(
+        "Page.printToPDF",
+        {"printBackground": True, "preferCSSPageSize": True, "generateTaggedPDF": True},
+    )
+    return base64.b64decode(pdf["data"])
+
+
+def merge(parts: list[tuple[str, bytes]]) -> bytes:
+    """The PDFs in order as one, with a bookmark per part (its own outline below it)."""
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for title, data in parts:
+        writer.append(io.BytesIO(data), outline_item=title)
+    writer.compress_identical_objects(remove_identicals=True, remove_orphans=True)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def page_title(data: bytes) -> str:
+    """The title Chromium wrote into a printed page's metadata (the HTML <title>)."""
+    from pypdf import PdfReader
+
+    title = PdfReader(io.BytesIO(data)).metadata.title or ""
+    return re.sub(r"\s+[-—|]\s+Attention Models.*$", "", title).strip()
+
+
+# ---------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------
+
+
+def check_site(site: Path) -> None:
+    """HandoutError naming the fix if the site has not been built."""
+    missing = [d for d in toc_pages() if not (site / f"{d}.html").is_file()]
+    if missing:
+        raise HandoutError(
+            f"the website is not built in {site} (no {missing[0]}.html): run "
+            "`jupyter-book build .` first (or pass --site)"
+        )
+
+
+def build(site: Path = DEFAULT_SITE, only: list[str] | None = None, log=print) -> dict:
+    """Print every handout into ``site/handouts``; {file name: pages} of what was written."""
+    from pypdf import PdfReader
+
+    check_site(site)
+    out = site / HANDOUTS
+    out.mkdir(exist_ok=True)
+    chapters = chapter_docs()
+    pages = toc_pages()
+    if only:
+        chapters = [d for d in chapters if any(Path(d).name.startswith(o) for o in only)]
+        pages = chapters
+    decks = [d for d in chapters if (site / "slides" / f"{Path(d).name}.html").is_file()]
+    if len(decks) < len(chapters):
+        absent = sorted(set(chapters) - set(decks))
+        raise HandoutError(
+            f"no deck under {site / 'slides'} for {absent[0]}: build the book again "
+            "(the build writes the decks; see tools/slides.py)"
+        )
+    written = {}
+    with serve(site) as url:
+        driver = chrome()
+        try:
+            printed = []
+            for doc in pages:
+                start = time.perf_counter()
+                data = print_page(driver, f"{url}/{doc}.html", doc)
+                printed.append((page_title(data) or doc, data))
+                if doc in chapters:
+                    (out / handout_name(doc)).write_bytes(data)
+                    written[handout_name(doc)] = len(PdfReader(io.BytesIO(data)).pages)
+                log(f"{doc}: {time.perf_counter() - start:.1f} s")
+            for doc in decks:
+                start = time.perf_counter()
+                data = print_deck(driver, f"{url}/slides/{Path(doc).name}.html", doc)
+                (out / deck_pdf_name(doc)).write_bytes(data)
+                written[deck_pdf_name(doc)] = len(PdfReader(io.BytesIO(data)).pages)
+                log(f"slides/{Path(doc).name}: {time.perf_counter() - start:.1f} s")
+        finally:
+            driver.quit()
+    if not only:
+        book = merge(printed)
+        (out / BOOK_PDF).write_bytes(book)
+        written[BOOK_PDF] = len(PdfReader(io.BytesIO(book)).pages)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="the built site")
+    parser.add_argument(
+        "--only", nargs="*", help="chapters to print (e.g. ch03); no book.pdf then"
+    )
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        written = build(args.site.resolve(), args.only)
+    except HandoutError as exc:
+        print(f"handouts: {exc}", file=sys.stderr)
+        return 1
+    out = args.site / HANDOUTS
+    size = sum((out / name).stat().st_size for name in written) / 1e6
+    print(
+        f"wrote {len(written)} PDFs ({sum(written.values())} pages, {size:.1f} MB) to {out} "
+        f"in {time.perf_counter() - start:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
