@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -189,9 +190,9 @@ return !state || document.querySelectorAll('.jupyter-widgets, .widget-box').leng
 # - the light theme;
 # - links into the site point at the published site (the local server is gone when
 #   the PDF is read); links within the page stay, as the PDF's internal links;
-# - a display equation, table or widget wider than the page is scaled down to fit
-#   (CSS zoom) rather than cut at the edge.
-# Returns what is still wider than the page, for the log.
+# - a display equation, table, widget or plot wider than the page is scaled down to
+#   fit (CSS zoom) rather than cut at the edge.
+# Returns how many were scaled.
 PREPARE = """
 const site = arguments[0];
 document.documentElement.dataset.theme = 'light';
@@ -210,7 +211,6 @@ const extent = el => {
   }
   return [left, right];
 };
-const page = document.documentElement.clientWidth;
 const wide = 'mjx-container[display="true"], table, .jupyter-widgets, .widget-box, .cell_output img';
 let fitted = 0;
 for (const el of document.querySelectorAll(wide)) {
@@ -223,15 +223,7 @@ for (const el of document.querySelectorAll(wide)) {
     fitted += 1;
   }
 }
-const still = [];
-for (const el of document.querySelectorAll('.bd-article *')) {
-  const r = el.getBoundingClientRect();
-  if (r.width > 0 && (r.right > page + 1 || r.left < -1) && !el.closest('mjx-container')) {
-    still.push(el.tagName.toLowerCase() + (el.className && el.className.baseVal === undefined ?
-      '.' + el.className.split(' ')[0] : '') + ': ' + (el.textContent || '').trim().slice(0, 40));
-  }
-}
-return {fitted: fitted, wide: still.slice(0, 5)};
+return fitted;
 """
 
 DECK_READY = """
@@ -254,21 +246,26 @@ def _settle(driver, ready: str, what: str, timeout: float) -> None:
     driver.execute_async_script("document.fonts.ready.then(() => arguments[0]())")
 
 
-def _prepare(driver, what: str, log) -> None:
+def _print_layout(driver) -> None:
+    """Print media from now on (as Page.printToPDF lays the page out), painted twice."""
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    driver.execute_async_script(
+        "const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(done));"
+    )
+
+
+def _prepare(driver) -> int:
     """The page in its print layout: light theme, published links, wide things fitted."""
     width = round((A4["paperWidth"] - 2 * MARGIN_IN) * 96)  # CSS px of the printable width
-    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
     driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
         {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
     )
     try:
-        result = driver.execute_script(PREPARE, _published_site())
+        _print_layout(driver)
+        return driver.execute_script(PREPARE, _published_site())
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
-    if result["wide"]:
-        log(f"{what}: wider than the page: " + "; ".join(result["wide"]))
 
 
 @functools.cache
@@ -284,38 +281,49 @@ def _load_tool(name: str):
     return module
 
 
-def print_page(driver, url: str, what: str, timeout: float = 90.0, log=print) -> bytes:
+def print_page(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
     """One page of the book as an A4 PDF (the print stylesheet applies)."""
     driver.get(url)
     _settle(driver, PAGE_READY, what, timeout)
-    _prepare(driver, what, log)
-    pdf = driver.execute_cdp_cmd(
-        "Page.printToPDF",
-        {
-            **A4,
-            "marginTop": MARGIN_IN,
-            "marginBottom": MARGIN_IN,
-            "marginLeft": MARGIN_IN,
-            "marginRight": MARGIN_IN,
-            "printBackground": True,
-            "displayHeaderFooter": True,
-            "headerTemplate": "<span></span>",
-            "footerTemplate": FOOTER,
-            "generateDocumentOutline": True,
-            "generateTaggedPDF": TAGGED,
-        },
-    )
+    try:
+        _prepare(driver)
+        _print_layout(driver)
+        pdf = driver.execute_cdp_cmd(
+            "Page.printToPDF",
+            {
+                **A4,
+                "marginTop": MARGIN_IN,
+                "marginBottom": MARGIN_IN,
+                "marginLeft": MARGIN_IN,
+                "marginRight": MARGIN_IN,
+                "printBackground": True,
+                "displayHeaderFooter": True,
+                "headerTemplate": "<span></span>",
+                "footerTemplate": FOOTER,
+                "generateDocumentOutline": True,
+                "generateTaggedPDF": TAGGED,
+            },
+        )
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
     return base64.b64decode(pdf["data"])
 
 
 def print_deck(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
     """A reveal.js deck in its print mode: one page per slide, at the deck's size."""
-    driver.get(url + "?print-pdf")
+    # every fragment shown, one page per slide (reveal.js reads its options from the query)
+    driver.get(url + "?print-pdf&pdfSeparateFragments=false&pdfMaxPagesPerSlide=1")
     _settle(driver, DECK_READY, what, timeout)
-    pdf = driver.execute_cdp_cmd(
-        "Page.printToPDF",
-        {"printBackground": True, "preferCSSPageSize": True, "generateTaggedPDF": True},
-    )
+    # Printed straight away, a deck came out blank about half the time (16 empty pages);
+    # laid out in print media first and painted, it never did (22 of 22).
+    try:
+        _print_layout(driver)
+        pdf = driver.execute_cdp_cmd(
+            "Page.printToPDF",
+            {"printBackground": True, "preferCSSPageSize": True, "generateTaggedPDF": TAGGED},
+        )
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
     return base64.b64decode(pdf["data"])
 
 
@@ -345,69 +353,87 @@ def page_title(data: bytes) -> str:
 # ---------------------------------------------------------------------------
 
 
-def check_site(site: Path) -> None:
-    """HandoutError naming the fix if the site has not been built."""
+def check_site(site: Path, chapters: list[str]) -> None:
+    """HandoutError naming the fix if the site, a deck or pypdf is missing."""
     missing = [d for d in toc_pages() if not (site / f"{d}.html").is_file()]
     if missing:
         raise HandoutError(
             f"the website is not built in {site} (no {missing[0]}.html): run "
             "`jupyter-book build .` first (or pass --site)"
         )
+    decks = [d for d in chapters if not (site / "slides" / f"{Path(d).name}.html").is_file()]
+    if decks:
+        raise HandoutError(
+            f"no deck for {decks[0]} under {site / 'slides'}: build the book again (the "
+            "build writes the decks from its execution cache; see tools/slides.py)"
+        )
+    if importlib.util.find_spec("pypdf") is None:
+        raise HandoutError("pypdf is needed: pip install -r requirements.txt")
 
 
-def build(site: Path = DEFAULT_SITE, only: list[str] | None = None, log=print) -> dict:
-    """Print every handout into ``site/handouts``; {file name: pages} of what was written."""
+class Printed(NamedTuple):
+    """One PDF written: its file name, pages, megabytes, seconds, text past a margin."""
+
+    name: str
+    pages: int
+    mb: float
+    seconds: float
+    overflows: list
+
+
+def _save(out: Path, name: str, data: bytes, seconds: float, margin_pt: float) -> Printed:
     from pypdf import PdfReader
 
-    check_site(site)
-    out = site / HANDOUTS
-    out.mkdir(exist_ok=True)
+    layout = _load_tool("pdf_layout")
+    (out / name).write_bytes(data)
+    pages = len(PdfReader(io.BytesIO(data)).pages)
+    found = layout.overflows(data, margin_pt, margin_pt)
+    return Printed(name, pages, len(data) / 1e6, seconds, found)
+
+
+def build(site: Path = DEFAULT_SITE, only: list[str] | None = None, log=print) -> list[Printed]:
+    """Print the handouts into ``site/handouts``: the chapters, their decks and (unless
+    ``only`` names some chapters, e.g. ``["ch03"]``) the whole book."""
     chapters = chapter_docs()
     pages = toc_pages()
     if only:
         chapters = [d for d in chapters if any(Path(d).name.startswith(o) for o in only)]
         pages = chapters
-    decks = [d for d in chapters if (site / "slides" / f"{Path(d).name}.html").is_file()]
-    if len(decks) < len(chapters):
-        absent = sorted(set(chapters) - set(decks))
-        raise HandoutError(
-            f"no deck under {site / 'slides'} for {absent[0]}: build the book again "
-            "(the build writes the decks; see tools/slides.py)"
-        )
-    written = {}
+    check_site(site, chapters)
+    out = site / HANDOUTS
+    out.mkdir(exist_ok=True)
+    margin_pt = MARGIN_IN * 72
+    written, book = [], []
     with serve(site) as url:
         driver = chrome()
         try:
-            printed = []
             for doc in pages:
                 start = time.perf_counter()
                 data = print_page(driver, f"{url}/{doc}.html", doc)
-                printed.append((page_title(data) or doc, data))
+                book.append((page_title(data) or doc, data))
                 if doc in chapters:
-                    (out / handout_name(doc)).write_bytes(data)
-                    written[handout_name(doc)] = len(PdfReader(io.BytesIO(data)).pages)
+                    seconds = time.perf_counter() - start
+                    written.append(_save(out, handout_name(doc), data, seconds, margin_pt))
                 log(f"{doc}: {time.perf_counter() - start:.1f} s")
-            for doc in decks:
+            for doc in chapters:
                 start = time.perf_counter()
                 data = print_deck(driver, f"{url}/slides/{Path(doc).name}.html", doc)
-                (out / deck_pdf_name(doc)).write_bytes(data)
-                written[deck_pdf_name(doc)] = len(PdfReader(io.BytesIO(data)).pages)
-                log(f"slides/{Path(doc).name}: {time.perf_counter() - start:.1f} s")
+                seconds = time.perf_counter() - start
+                written.append(_save(out, deck_pdf_name(doc), data, seconds, 0.0))
+                log(f"slides/{Path(doc).name}: {seconds:.1f} s")
         finally:
             driver.quit()
     if not only:
-        book = merge(printed)
-        (out / BOOK_PDF).write_bytes(book)
-        written[BOOK_PDF] = len(PdfReader(io.BytesIO(book)).pages)
+        start = time.perf_counter()
+        data = merge(book)
+        written.append(_save(out, BOOK_PDF, data, time.perf_counter() - start, margin_pt))
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="the built site")
-    parser.add_argument(
-        "--only", nargs="*", help="chapters to print (e.g. ch03); no book.pdf then"
-    )
+    parser.add_argument("--only", nargs="*", help="chapters to print (e.g. ch03); no book.pdf")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
@@ -415,10 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     except HandoutError as exc:
         print(f"handouts: {exc}", file=sys.stderr)
         return 1
-    out = args.site / HANDOUTS
-    size = sum((out / name).stat().st_size for name in written) / 1e6
+    for pdf in written:
+        print(f"{pdf.name}: {pdf.pages} pages, {pdf.mb:.2f} MB, {pdf.seconds:.1f} s")
+        for overflow in pdf.overflows[:5]:
+            print(f"  text past the margin: {overflow}")
     print(
-        f"wrote {len(written)} PDFs ({sum(written.values())} pages, {size:.1f} MB) to {out} "
+        f"wrote {len(written)} PDFs ({sum(p.pages for p in written)} pages, "
+        f"{sum(p.mb for p in written):.1f} MB) to {args.site / HANDOUTS} "
         f"in {time.perf_counter() - start:.0f} s"
     )
     return 0

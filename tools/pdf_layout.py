@@ -161,7 +161,9 @@ class _TextState:
                 if isinstance(item, (bytes, str)):
                     self.show(item)
                 else:  # a kerning adjustment, thousandths of the size, leftwards
-                    self.tm = _mul(_translate(-float(item) / 1000 * self.size * self.th, 0.0), self.tm)
+                    self.tm = _mul(
+                        _translate(-float(item) / 1000 * self.size * self.th, 0.0), self.tm
+                    )
         elif op in (b"'", b'"'):
             if op == b'"':
                 self.tw, self.tc = float(operands[0]), float(operands[1])

@@ -56,8 +56,6 @@ import importlib.util
 import json
 import re
 from collections.abc import Callable
-
-
 from pathlib import Path
 
 from docutils import nodes
@@ -506,9 +504,7 @@ def _link_chapter_deck(app: Sphinx, doctree: nodes.document, docname: str) -> No
     para += nodes.Text(" (reveal.js; press S for the speaker notes); PDF: ")
     para += nodes.reference("", "slides", refuri=_site_uri(app, docname, files["slides PDF"]))
     para += nodes.Text(", ")
-    para += nodes.reference(
-        "", "chapter handout", refuri=_site_uri(app, docname, files["handout"])
-    )
+    para += nodes.reference("", "chapter handout", refuri=_site_uri(app, docname, files["handout"]))
     section.insert(1, para)
 
 
