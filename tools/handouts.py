@@ -191,8 +191,11 @@ return !state || document.querySelectorAll('.jupyter-widgets, .widget-box').leng
 # - links into the site point at the published site (the local server is gone when
 #   the PDF is read); links within the page stay, as the PDF's internal links;
 # - a display equation, table, widget or plot wider than the page is scaled down to
-#   fit (CSS zoom) rather than cut at the edge.
-# Returns how many were scaled.
+#   fit (CSS zoom) rather than cut at the edge;
+# - hidden cells (<details>) are opened: a reader of paper cannot click them.
+# Returns how many were scaled, and what would still be cut: a box narrower than its
+# content that scrolls or hides the rest, or a page wider than the paper (which
+# Chromium prints smaller, every line of it).
 PREPARE = """
 const site = arguments[0];
 document.documentElement.dataset.theme = 'light';
@@ -223,7 +226,25 @@ for (const el of document.querySelectorAll(wide)) {
     fitted += 1;
   }
 }
-return fitted;
+for (const d of document.querySelectorAll('details')) d.open = true;
+// MathJax's copy of each equation for screen readers is invisible, and often wider than
+// the equation: measured without it
+const sr = document.createElement('style');
+sr.textContent = 'mjx-assistive-mml { display: none !important; }';
+document.head.appendChild(sr);
+const clipped = [];
+for (const el of document.querySelectorAll('body *')) {
+  if (el.closest('mjx-container')) continue;
+  const style = getComputedStyle(el), x = style.overflowX;  // (no effect on an inline)
+  if (x !== 'visible' && style.display !== 'inline' && el.scrollWidth > el.clientWidth + 1) {
+    clipped.push(el.tagName.toLowerCase() + ' (' + (el.scrollWidth - el.clientWidth) + ' px cut): '
+                 + (el.textContent || '').trim().slice(0, 60));
+  }
+}
+const wider = document.documentElement.scrollWidth - document.documentElement.clientWidth;
+if (wider > 1) clipped.push('the page is ' + wider + ' px wider than the paper: printed smaller');
+sr.remove();
+return {fitted: fitted, clipped: clipped};
 """
 
 DECK_READY = """
@@ -254,17 +275,20 @@ def _print_layout(driver) -> None:
     )
 
 
-def _prepare(driver) -> int:
-    """The page in its print layout: light theme, published links, wide things fitted."""
+def _prepare(driver) -> dict:
+    """The page in its print layout: light theme, published links, wide things fitted;
+    {"fitted": how many, "clipped": what is still cut}."""
     width = round((A4["paperWidth"] - 2 * MARGIN_IN) * 96)  # CSS px of the printable width
     driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
         {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
     )
+    driver.execute_cdp_cmd("Emulation.setScrollbarsHidden", {"hidden": True})  # paper has none
     try:
         _print_layout(driver)
         return driver.execute_script(PREPARE, _published_site())
     finally:
+        driver.execute_cdp_cmd("Emulation.setScrollbarsHidden", {"hidden": False})
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
@@ -281,12 +305,19 @@ def _load_tool(name: str):
     return module
 
 
-def print_page(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
+class Page(NamedTuple):
+    """A printed page: the PDF, and what the print layout still cut (see PREPARE)."""
+
+    data: bytes
+    clipped: list[str]
+
+
+def print_page(driver, url: str, what: str, timeout: float = 90.0) -> Page:
     """One page of the book as an A4 PDF (the print stylesheet applies)."""
     driver.get(url)
     _settle(driver, PAGE_READY, what, timeout)
     try:
-        _prepare(driver)
+        prepared = _prepare(driver)
         _print_layout(driver)
         pdf = driver.execute_cdp_cmd(
             "Page.printToPDF",
@@ -306,7 +337,7 @@ def print_page(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
         )
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
-    return base64.b64decode(pdf["data"])
+    return Page(base64.b64decode(pdf["data"]), prepared["clipped"])
 
 
 def print_deck(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
@@ -372,23 +403,25 @@ def check_site(site: Path, chapters: list[str]) -> None:
 
 
 class Printed(NamedTuple):
-    """One PDF written: its file name, pages, megabytes, seconds, text past a margin."""
+    """One PDF written: its file name, pages, megabytes, seconds; what the print layout
+    cut (``Page.clipped``) and the text past a margin of the PDF (pdf_layout.overflows)."""
 
     name: str
     pages: int
     mb: float
     seconds: float
+    clipped: list[str]
     overflows: list
 
 
-def _save(out: Path, name: str, data: bytes, seconds: float, margin_pt: float) -> Printed:
+def _save(out: Path, name: str, page: Page, seconds: float, margin_pt: float) -> Printed:
     from pypdf import PdfReader
 
     layout = _load_tool("pdf_layout")
-    (out / name).write_bytes(data)
-    pages = len(PdfReader(io.BytesIO(data)).pages)
-    found = layout.overflows(data, margin_pt, margin_pt)
-    return Printed(name, pages, len(data) / 1e6, seconds, found)
+    (out / name).write_bytes(page.data)
+    pages = len(PdfReader(io.BytesIO(page.data)).pages)
+    found = layout.overflows(page.data, margin_pt, margin_pt)
+    return Printed(name, pages, len(page.data) / 1e6, seconds, page.clipped, found)
 
 
 def build(site: Path = DEFAULT_SITE, only: list[str] | None = None, log=print) -> list[Printed]:
@@ -403,30 +436,31 @@ def build(site: Path = DEFAULT_SITE, only: list[str] | None = None, log=print) -
     out = site / HANDOUTS
     out.mkdir(exist_ok=True)
     margin_pt = MARGIN_IN * 72
-    written, book = [], []
+    written, book, book_clipped = [], [], []
     with serve(site) as url:
         driver = chrome()
         try:
             for doc in pages:
                 start = time.perf_counter()
-                data = print_page(driver, f"{url}/{doc}.html", doc)
-                book.append((page_title(data) or doc, data))
+                page = print_page(driver, f"{url}/{doc}.html", doc)
+                book.append((page_title(page.data) or doc, page.data))
+                book_clipped += [f"{doc}: {cut}" for cut in page.clipped]
                 if doc in chapters:
                     seconds = time.perf_counter() - start
-                    written.append(_save(out, handout_name(doc), data, seconds, margin_pt))
+                    written.append(_save(out, handout_name(doc), page, seconds, margin_pt))
                 log(f"{doc}: {time.perf_counter() - start:.1f} s")
             for doc in chapters:
                 start = time.perf_counter()
                 data = print_deck(driver, f"{url}/slides/{Path(doc).name}.html", doc)
                 seconds = time.perf_counter() - start
-                written.append(_save(out, deck_pdf_name(doc), data, seconds, 0.0))
+                written.append(_save(out, deck_pdf_name(doc), Page(data, []), seconds, 0.0))
                 log(f"slides/{Path(doc).name}: {seconds:.1f} s")
         finally:
             driver.quit()
     if not only:
         start = time.perf_counter()
-        data = merge(book)
-        written.append(_save(out, BOOK_PDF, data, time.perf_counter() - start, margin_pt))
+        page = Page(merge(book), book_clipped)
+        written.append(_save(out, BOOK_PDF, page, time.perf_counter() - start, margin_pt))
     return written
 
 
@@ -443,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for pdf in written:
         print(f"{pdf.name}: {pdf.pages} pages, {pdf.mb:.2f} MB, {pdf.seconds:.1f} s")
+        for cut in pdf.clipped[:5]:
+            print(f"  cut on paper: {cut}")
         for overflow in pdf.overflows[:5]:
             print(f"  text past the margin: {overflow}")
     print(

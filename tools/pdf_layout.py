@@ -7,13 +7,16 @@ every text-showing operator (``Tj``, ``TJ``, ``'``, ``"``), the horizontal span
 it paints, in points: its start, plus the advance of each glyph from the
 font's widths (``/W`` of a Type0 font's descendant, ``/Widths`` of a simple or
 Type3 font; PDF 1.7, sections 9.4.4 and 9.7.4). Chromium's PDF backend (Skia)
-writes exactly these operators.
+writes some of these operators.
 
-Text cut by a box that scrolls on screen (a code line wider than its cell) is
-still written into the PDF, clipped: its glyphs lie past the page's margin, so
-``overflows`` finds it even though nothing shows on paper; text that wraps
-stays inside. tests/test_handouts.py checks every handout with it, and plants
-a cut line to show that it would notice.
+What it can see: Chromium's PDF keeps a glyph that straddles the printable area's
+edge and drops those wholly outside, so text running off the page leaves its
+straddling glyph past the margin (unless the edge falls exactly between two
+glyphs), and so does a space hanging at the end of a wrapped code line. Text cut
+inside the page, by a box that scrolls on screen, is dropped where the box ends:
+the text checks of tests/test_handouts.py (every code line of the page is in the
+PDF) and the print layout's own report (tools/handouts.py) find that instead.
+``size_shares`` finds a page that Chromium shrank to fit the paper.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ IDENTITY = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
 class Run(NamedTuple):
-    """One text-showing operation: the span it paints on the page, and its baseline (points)."""
+    """One text-showing operation: the span it paints on the page, its baseline and its
+    font's size as printed (points)."""
 
     x0: float
     x1: float
     y: float
+    size: float
 
 
 def _mul(a, b) -> tuple[float, ...]:
@@ -120,7 +125,8 @@ class _TextState:
         start = _mul(self.tm, self.ctm)
         end = _mul(_mul(_translate(advance, 0.0), self.tm), self.ctm)
         x0, x1 = sorted((start[4], end[4]))
-        self.runs.append(Run(x0, x1, start[5]))
+        size = self.size * (start[2] ** 2 + start[3] ** 2) ** 0.5  # the vertical scale
+        self.runs.append(Run(x0, x1, start[5], size))
         self.tm = _mul(_translate(advance, 0.0), self.tm)
 
     def next_line(self, tx: float, ty: float) -> None:
@@ -230,3 +236,20 @@ def overflows(
                 line = " ".join(t for y, t in lines.items() if abs(y - run.y) <= 1).strip()
                 found.append(Overflow(number, run.x0, run.x1, run.y, line))
     return found
+
+
+def size_shares(data: bytes) -> dict[float, float]:
+    """Font size (points, to 0.1) -> the share of a PDF's text printed in it, by width.
+
+    A page wider than the paper is shrunk to fit by Chromium, all of it: no text is
+    then at the stylesheet's sizes (a paragraph of 16 CSS px prints at 12 pt)."""
+    from collections import Counter
+
+    from pypdf import PdfReader
+
+    widths: Counter = Counter()
+    for page in PdfReader(io.BytesIO(data)).pages:
+        for run in text_runs(page):
+            widths[round(run.size, 1)] += run.x1 - run.x0
+    total = sum(widths.values()) or 1.0
+    return {size: width / total for size, width in widths.most_common()}
