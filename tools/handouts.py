@@ -35,6 +35,7 @@ import functools
 import http.server
 import importlib.util
 import io
+import logging
 import re
 import shutil
 import sys
@@ -196,7 +197,7 @@ return !state || document.querySelectorAll('.jupyter-widgets, .widget-box').leng
 # Returns how many were scaled, and what would still be cut: a box narrower than its
 # content that scrolls or hides the rest, or a page wider than the paper (which
 # Chromium prints smaller, every line of it).
-PREPARE = """
+PREPARE = r"""
 const site = arguments[0];
 document.documentElement.dataset.theme = 'light';
 document.documentElement.dataset.mode = 'light';
@@ -243,8 +244,15 @@ for (const el of document.querySelectorAll('body *')) {
 }
 const wider = document.documentElement.scrollWidth - document.documentElement.clientWidth;
 if (wider > 1) clipped.push('the page is ' + wider + ' px wider than the paper: printed smaller');
+const headings = Array.from(document.querySelectorAll('h1, h2, h3, h4, h5, h6'))
+  .filter(h => h.getClientRects().length)
+  .map(h => {
+    const copy = h.cloneNode(true);
+    copy.querySelectorAll('.headerlink, mjx-container > mjx-math').forEach(e => e.remove());
+    return copy.textContent.replace(/\s+/g, ' ').trim();
+  });
 sr.remove();
-return {fitted: fitted, clipped: clipped};
+return {fitted: fitted, clipped: clipped, headings: headings};
 """
 
 DECK_READY = """
@@ -312,6 +320,37 @@ class Page(NamedTuple):
     clipped: list[str]
 
 
+def retitle_outline(data: bytes, titles: list[str]) -> bytes:
+    """The PDF with the titles of its outline (Chromium's, one item per heading, pages
+    right) replaced in order by the page's headings as the HTML writes them: Chromium
+    drops the space at a wrapped heading's line break, repeats some, and leaves out an
+    equation's text. Unchanged if the counts differ."""
+    from pypdf import PdfReader, PdfWriter
+
+    reader = PdfReader(io.BytesIO(data))
+    items: list[tuple[int, int]] = []  # (depth, page) in order
+
+    def walk(outline, depth: int) -> None:
+        for item in outline:
+            if isinstance(item, list):
+                walk(item, depth + 1)
+            else:
+                items.append((depth, reader.get_destination_page_number(item)))
+
+    walk(reader.outline, 0)
+    if len(items) != len(titles) or not items:
+        return data
+    writer = PdfWriter(clone_from=reader)
+    del writer.root_object["/Outlines"]
+    parents: list = []
+    for (depth, page), title in zip(items, titles, strict=True):
+        parent = parents[depth - 1] if depth else None
+        parents[depth:] = [writer.add_outline_item(title, page, parent=parent)]
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def print_page(driver, url: str, what: str, timeout: float = 90.0) -> Page:
     """One page of the book as an A4 PDF (the print stylesheet applies)."""
     driver.get(url)
@@ -337,7 +376,8 @@ def print_page(driver, url: str, what: str, timeout: float = 90.0) -> Page:
         )
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
-    return Page(base64.b64decode(pdf["data"]), prepared["clipped"])
+    data = retitle_outline(base64.b64decode(pdf["data"]), prepared["headings"])
+    return Page(data, prepared["clipped"])
 
 
 def print_deck(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
@@ -359,12 +399,18 @@ def print_deck(driver, url: str, what: str, timeout: float = 90.0) -> bytes:
 
 
 def merge(parts: list[tuple[str, bytes]]) -> bytes:
-    """The PDFs in order as one, with a bookmark per part (its own outline below it)."""
-    from pypdf import PdfWriter
+    """The PDFs in order as one, with one bookmark per part and its own outline below:
+    a page's outline whose one top item is its title is taken as it is; otherwise the
+    part's title heads it. (pypdf does not carry a structure tree over: the book is not
+    a tagged PDF, the chapters' handouts are.)"""
+    from pypdf import PdfReader, PdfWriter
 
     writer = PdfWriter()
     for title, data in parts:
-        writer.append(io.BytesIO(data), outline_item=title)
+        outline = PdfReader(io.BytesIO(data)).outline
+        tops = [item for item in outline if not isinstance(item, list)]
+        own = len(tops) == 1 and tops[0].title == title
+        writer.append(io.BytesIO(data), outline_item=None if own else title)
     writer.compress_identical_objects(remove_identicals=True, remove_orphans=True)
     out = io.BytesIO()
     writer.write(out)
@@ -372,11 +418,13 @@ def merge(parts: list[tuple[str, bytes]]) -> bytes:
 
 
 def page_title(data: bytes) -> str:
-    """The title Chromium wrote into a printed page's metadata (the HTML <title>)."""
+    """A printed page's own title: the HTML <title> (which Chromium writes into the
+    PDF's metadata) without the book's title after it."""
     from pypdf import PdfReader
 
+    book = yaml.safe_load((ROOT / "_config.yml").read_text())["title"]
     title = PdfReader(io.BytesIO(data)).metadata.title or ""
-    return re.sub(r"\s+[-—|]\s+Attention Models.*$", "", title).strip()
+    return title.removesuffix(book).strip().removesuffix("—").strip()
 
 
 # ---------------------------------------------------------------------------
@@ -469,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="the built site")
     parser.add_argument("--only", nargs="*", help="chapters to print (e.g. ch03); no book.pdf")
     args = parser.parse_args(argv)
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # Chromium's trailer sizes are off by 2
     start = time.perf_counter()
     try:
         written = build(args.site.resolve(), args.only)
