@@ -578,4 +578,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     app.add_js_file("a11y.js")  # book/_static: names the theme's buttons and the sliders
     app.add_css_file("print.css", media="print")  # book/_static: the pages on paper
+    app.add_js_file("print.js")  # book/_static: printed in the light theme
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
