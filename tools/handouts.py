@@ -11,9 +11,13 @@ writes into ``<site>/handouts/``:
 
 - ``chNN_name.pdf``: the chapter's page, A4, after MathJax has typeset every
   equation, every image has loaded and the widgets have drawn (their initial
-  state, as on the site);
+  state, as on the site); its hidden cells opened, an equation or table wider
+  than the page scaled to fit, its links to other pages pointing at the
+  published site; a tagged PDF (headings, reading order and the images' alt
+  text for screen readers) with the page's headings as its outline;
 - ``chNN_name-slides.pdf``: the chapter's deck in reveal.js's print mode
-  (``?print-pdf``), one 1280 x 720 page per slide;
+  (``?print-pdf``), one page per slide (the deck's 1280 x 720 frame and
+  reveal.js's margin), every fragment shown;
 - ``book.pdf``: every page of the table of contents in its order (the
   chapters, the exercises, the appendices), one bookmark per page with the
   page's own headings below it.
@@ -59,8 +63,8 @@ MISSING_BROWSER = (
     "Debian's chromium and chromium-driver are needed: "
     "apt-get update && apt-get install -y chromium chromium-driver"
 )
-#: Chromium's flags for every use here and in the browser tests: headless, and no
-#: request of its own to any other host (updates, sync, safe browsing).
+#: Chromium's flags, those of the browser tests (tests/test_browser.py): headless, and
+#: no request of its own to any other host (updates, sync, components).
 CHROME_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -74,6 +78,8 @@ CHROME_FLAGS = (
 #: A4 in inches, 15 mm margins, the page number and the page's title in the footer.
 A4 = {"paperWidth": 8.27, "paperHeight": 11.69}
 MARGIN_IN = 15 / 25.4
+#: A tagged PDF: headings, reading order and the images' alt text for screen readers
+#: (a chapter's handout is about three times the size of an untagged one).
 TAGGED = True
 FOOTER = (
     '<div style="font-size:8px;width:100%;padding:0 15mm;display:flex;'
@@ -141,7 +147,7 @@ def serve(directory: Path) -> Iterator[str]:
         server.server_close()
 
 
-def chrome(width: int = 1280, height: int = 1000, logging: dict | None = None):
+def chrome(width: int = 1280, height: int = 1000, log_types: dict | None = None):
     """Debian's headless Chromium under selenium; HandoutError naming the fix if absent."""
     if not (CHROMIUM and CHROMEDRIVER):
         raise HandoutError(MISSING_BROWSER)
@@ -152,8 +158,8 @@ def chrome(width: int = 1280, height: int = 1000, logging: dict | None = None):
     options.binary_location = CHROMIUM
     for flag in (*CHROME_FLAGS, f"--window-size={width},{height}"):
         options.add_argument(flag)
-    if logging:
-        options.set_capability("goog:loggingPrefs", logging)
+    if log_types:  # e.g. {"browser": "ALL"}: what driver.get_log returns
+        options.set_capability("goog:loggingPrefs", log_types)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
     return driver
@@ -411,7 +417,7 @@ def merge(parts: list[tuple[str, bytes]]) -> bytes:
         tops = [item for item in outline if not isinstance(item, list)]
         own = len(tops) == 1 and tops[0].title == title
         writer.append(io.BytesIO(data), outline_item=None if own else title)
-    writer.compress_identical_objects(remove_identicals=True, remove_orphans=True)
+    writer.compress_identical_objects()  # the fonts and images that pages share, once
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
