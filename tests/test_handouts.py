@@ -270,8 +270,9 @@ def _plain(fragment: str) -> str:
 def _title_and_opening(page: str) -> tuple[str, str]:
     """A chapter page's numbered title and the first eight words of its first paragraph
     of prose (one without math or code, whose text a PDF gives back word for word)."""
-    title = _plain(re.search(r"<h1>(.*?)</h1>", page, re.S).group(1))
-    body = page[page.index("<h1>") :]
+    numbered = re.search(r'<h1><span class="section-number">.*?</h1>', page, re.S)
+    title = _plain(numbered.group(0))
+    body = page[numbered.end() :]
     for para in re.findall(r"<p>(.*?)</p>", body, re.S):
         if "math" not in para and "<code" not in para and len(para.split()) >= 8:
             return title, " ".join(_plain(para).split()[:8])

@@ -241,7 +241,8 @@ sr.textContent = 'mjx-assistive-mml { display: none !important; }';
 document.head.appendChild(sr);
 const clipped = [];
 for (const el of document.querySelectorAll('body *')) {
-  if (el.closest('mjx-container')) continue;
+  // (a form field's text scrolls inside it by design: a widget's text box)
+  if (el.closest('mjx-container') || el.matches('input, textarea, select')) continue;
   const style = getComputedStyle(el), x = style.overflowX;  // (no effect on an inline)
   if (x !== 'visible' && style.display !== 'inline' && el.scrollWidth > el.clientWidth + 1) {
     clipped.push(el.tagName.toLowerCase() + ' (' + (el.scrollWidth - el.clientWidth) + ' px cut): '
@@ -351,7 +352,7 @@ def retitle_outline(data: bytes, titles: list[str]) -> bytes:
     parents: list = []
     for (depth, page), title in zip(items, titles, strict=True):
         parent = parents[depth - 1] if depth else None
-        parents[depth:] = [writer.add_outline_item(title, page, parent=parent)]
+        parents[depth:] = [writer.add_outline_item(title=title, page_number=page, parent=parent)]
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
