@@ -139,17 +139,28 @@ def _nows(text: str) -> str:
 
 def _missing_code_lines(page_html: str, data: bytes) -> list[str]:
     """The lines of the page's code and text outputs (its <pre> blocks) whose text is not
-    in the PDF's text (spaces aside, and the page footers taken out): cut on paper."""
+    in the PDF's text (spaces aside, the page footers taken out): cut on paper. A line
+    wrapped over a page break counts as there when its start is on one page and its end
+    on the next (Chromium writes a page's text in painting order, not reading order)."""
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data))
-    text = _nows(" ".join(page.extract_text() for page in reader.pages))
     footer = re.escape(_nows(reader.metadata.title or "")) + r"\d+/\d+"
-    text = re.sub(footer, "", text)
+    pages = [re.sub(footer, "", _nows(page.extract_text())) for page in reader.pages]
+    text = "".join(pages)
+
+    def across_a_break(line: str) -> bool:
+        return any(
+            line[:k] in pages[i] and line[k:] in pages[i + 1]
+            for i in range(len(pages) - 1)
+            for k in range(1, len(line))
+        )
+
     missing = []
     for pre in re.findall(r"<pre[^>]*>(.*?)</pre>", page_html, re.S):
         for line in html.unescape(re.sub(r"<[^>]+>", "", pre)).splitlines():
-            if _nows(line) and _nows(line) not in text:
+            flat = _nows(line)
+            if flat and flat not in text and not across_a_break(flat):
                 missing.append(line)
     return missing
 
@@ -263,7 +274,8 @@ def test_every_handout_is_written(printed, site):
 
 
 def _plain(fragment: str) -> str:
-    text = html.unescape(re.sub(r"<[^>]+>", "", fragment)).replace("#", "")
+    """The text of an HTML fragment, without the headings' anchor links (# or ¶)."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", fragment)).replace("#", "").replace("¶", "")
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
