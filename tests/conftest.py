@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -84,38 +83,13 @@ def deadline(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-
-
 def chrome(width: int, height: int, logs: tuple[str, ...] = ("browser",)):
-    """Debian's headless Chromium through selenium, the window ``width`` x ``height``,
-    keeping the named logs; skips the test (fails it on CI) when chromium is missing."""
-    if not (CHROMIUM and CHROMEDRIVER):
-        message = (
-            "Debian's chromium and chromium-driver are needed: "
-            "apt-get update && apt-get install -y chromium chromium-driver"
-        )
+    """Debian's headless Chromium through selenium (tools/handouts.py's ``chrome``, the one
+    place its flags are set), the window ``width`` x ``height``, keeping the named logs;
+    skips the test (fails it on CI) when chromium is missing."""
+    handouts = load_tool("handouts")
+    if not (handouts.CHROMIUM and handouts.CHROMEDRIVER):
         if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--window-size={width},{height}",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {log: "ALL" for log in logs})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    return driver
+            pytest.fail(handouts.MISSING_BROWSER)
+        pytest.skip(handouts.MISSING_BROWSER)
+    return handouts.chrome(width, height, {log: "ALL" for log in logs})

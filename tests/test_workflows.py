@@ -81,8 +81,8 @@ def test_pre_commit_config_is_valid():
 
 def test_pages_workflow_builds_and_publishes_the_book():
     """On every push to main: install as tests.yml does, time every chapter in Colab's
-    runtime, restore the execution cache, build the book as the tests do, and deploy
-    _build/html to GitHub Pages."""
+    runtime, restore the execution cache, build the book as the tests do, print the PDF
+    handouts, and deploy _build/html to GitHub Pages."""
     wf = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
     on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as True
     assert on["push"]["branches"] == ["main"]
@@ -107,6 +107,10 @@ def test_pages_workflow_builds_and_publishes_the_book():
     assert env["COLAB_ALL_CHAPTERS"] == "1" and env["COLAB_TIMES"] == "book/colab_run.json"
     assert "colab-python" in env["COLAB_PYTHON"] and install < timed < book
     assert "actions/configure-pages" in uses
+    # The PDF handouts are printed from the pages just built, before they are uploaded.
+    pdfs = next(i for i, r in enumerate(runs) if "python tools/handouts.py" in r)
+    assert book < pdfs < uses.index("actions/upload-pages-artifact")
+    assert "chromium-driver" in runs[pdfs]
     assert build[uses.index("actions/upload-pages-artifact")]["with"]["path"] == "_build/html"
     assert wf["jobs"]["deploy"]["needs"] == "build"
     assert wf["jobs"]["deploy"]["environment"]["name"] == "github-pages"

@@ -41,6 +41,12 @@
   directive (the instructor guide) lists every deck.
 - The plots that widgets draw get the written alt text of their cell's
   ``course.widget_alt`` metadata (``course_widget_alt.py``, with ``a11y.js``).
+- PDF handouts (``tools/handouts.py``, run after the build): each chapter page
+  also links its handout and its deck's PDF under ``handouts/``, and
+  ``course-slides`` lists them with the whole book's PDF; the pages' print
+  stylesheet ``print.css`` (``book/_static``) is what Chromium prints them with.
+  The handouts are printed from the English pages; an edition's pages link those
+  (``pdf:`` references), and say so.
 - Each page's scripts are de-duplicated: sphinx-thebe (loaded by Jupyter
   Book) registers its inline configuration script twice, and the second copy
   raises "Identifier 'THEBE_JS_URL' has already been declared" in the browser.
@@ -48,6 +54,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib.util
 import json
@@ -459,18 +466,40 @@ def _dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> No
     scripts[:] = unique  # in place: later handlers (MathJax) append to this list
 
 
-def _slides_tool():
-    """tools/slides.py, the one implementation of the lecture plans and decks."""
-    spec = importlib.util.spec_from_file_location("course_slides", ROOT / "tools" / "slides.py")
+@functools.cache
+def _tool(name: str):
+    """A maintainer tool of tools/ as a module (tools/slides.py: the lecture plans and
+    decks; tools/handouts.py: the PDFs)."""
+    spec = importlib.util.spec_from_file_location(f"course_{name}", ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def _deck_uri(app: Sphinx, docname: str, chapter: str) -> str:
-    """The relative address of a chapter's deck from the page ``docname``."""
-    target = f"slides/{_slides_tool().deck_name(chapter)}"
+def _slides_tool():
+    return _tool("slides")
+
+
+def _site_files(chapter: str) -> dict[str, str]:
+    """A chapter's deck and its two PDFs, as paths under the site's root."""
+    handouts = _tool("handouts")
+    return {
+        "deck": f"slides/{_slides_tool().deck_name(chapter)}",
+        "slides PDF": f"{handouts.HANDOUTS}/{handouts.deck_pdf_name(chapter)}",
+        "handout": f"{handouts.HANDOUTS}/{handouts.handout_name(chapter)}",
+    }
+
+
+def _site_uri(app: Sphinx, docname: str, target: str) -> str:
+    """The relative address of ``target`` (a path under the site's root) from ``docname``."""
     return relative_uri(app.builder.get_target_uri(docname), target)
+
+
+def _pdf_uri(app: Sphinx, docname: str, target: str) -> str:
+    """The relative address of a PDF under the English site's root: the handouts are
+    printed from the English pages, and an edition (under ``<lang>/``) links those."""
+    uri = _site_uri(app, docname, target)
+    return f"../{uri}" if getattr(app.config, "course_edition", "") else uri
 
 
 def _words(app: Sphinx) -> dict[str, str]:
@@ -480,6 +509,11 @@ def _words(app: Sphinx) -> dict[str, str]:
         return {
             "lecture_slides": "Lecture slides",
             "lecture_slides_note": " (reveal.js; press S for the speaker notes)",
+            "pdf": "; PDF: ",
+            "slides_pdf": "slides",
+            "chapter_handout": "chapter handout",
+            "book_pdf": "The whole book in one PDF: ",
+            "book_pdf_note": " (every page of the contents in order, one bookmark per page).",
         }
     from course_i18n import words
 
@@ -487,39 +521,65 @@ def _words(app: Sphinx) -> dict[str, str]:
 
 
 def _link_chapter_deck(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    """Below a chapter's title: a link to its lecture slides."""
+    """Below a chapter's title: links to its lecture slides, their PDF and its handout."""
     if app.builder.format != "html" or not CHAPTER_DOC.match(docname):
         return
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is None or not isinstance(section[0], nodes.title):
         return
-    said = _words(app)
-    link = nodes.reference("", said["lecture_slides"], refuri=_deck_uri(app, docname, docname))
+    said, files = _words(app), _site_files(docname)
+    deck = _site_uri(app, docname, files["deck"])
+    link = nodes.reference("", said["lecture_slides"], refuri=deck)
     para = nodes.paragraph("", "", link, classes=["course-slides-link"])
-    para += nodes.Text(said["lecture_slides_note"])
+    para += nodes.Text(said["lecture_slides_note"] + said["pdf"])
+    para += nodes.reference(
+        "", said["slides_pdf"], refuri=_pdf_uri(app, docname, files["slides PDF"])
+    )
+    para += nodes.Text(", ")
+    para += nodes.reference(
+        "", said["chapter_handout"], refuri=_pdf_uri(app, docname, files["handout"])
+    )
     section.insert(1, para)
 
 
 class CourseSlides(SphinxDirective):
-    """A list of every chapter's lecture deck (the instructor guide)."""
+    """Every chapter's lecture deck, its PDF and the chapter's handout, then the whole
+    book's PDF (the instructor guide)."""
 
     has_content = False
 
     def run(self) -> list[nodes.Node]:
+        said = _words(self.env.app)
         items = nodes.bullet_list(classes=["course-slides-list"])
         for notebook in _slides_tool().chapters():
             doc = notebook.relative_to(ROOT).with_suffix("").as_posix()
+            files = _site_files(doc)
             para = nodes.paragraph()
-            para += nodes.reference("", notebook.stem, refuri=f"slides:{doc}")
+            para += nodes.reference("", notebook.stem, refuri=f"site:{files['deck']}")
+            para += nodes.Text(f" ({said['pdf'].removeprefix('; ')}")
+            para += nodes.reference("", said["slides_pdf"], refuri=f"pdf:{files['slides PDF']}")
+            para += nodes.Text(", ")
+            para += nodes.reference("", said["chapter_handout"], refuri=f"pdf:{files['handout']}")
+            para += nodes.Text(")")
             items += nodes.list_item("", para)
-        return [items]
+        handouts = _tool("handouts")
+        book = nodes.paragraph(classes=["course-book-pdf"])
+        book += nodes.Text(said["book_pdf"])
+        book += nodes.reference(
+            "", handouts.BOOK_PDF, refuri=f"pdf:{handouts.HANDOUTS}/{handouts.BOOK_PDF}"
+        )
+        book += nodes.Text(said["book_pdf_note"])
+        return [items, book]
 
 
 def _resolve_deck_links(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """``site:PATH`` references (a path under the site's root) made relative to the page."""
     for ref in doctree.findall(nodes.reference):
         uri = ref.get("refuri", "")
-        if uri.startswith("slides:"):
-            ref["refuri"] = _deck_uri(app, docname, uri.removeprefix("slides:"))
+        if uri.startswith("site:"):
+            ref["refuri"] = _site_uri(app, docname, uri.removeprefix("site:"))
+        elif uri.startswith("pdf:"):
+            ref["refuri"] = _pdf_uri(app, docname, uri.removeprefix("pdf:"))
 
 
 def _write_decks(app: Sphinx, exception: Exception | None) -> None:
@@ -556,4 +616,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     app.add_js_file("a11y.js")  # book/_static: names the theme's buttons and the sliders
     app.setup_extension("course_widget_alt")  # the widget plots' alt text, for a11y.js
+    app.add_css_file("print.css", media="print")  # book/_static: the pages on paper
+    app.add_js_file("print.js")  # book/_static: printed in the light theme
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
