@@ -36,7 +36,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, chrome
+from tests.conftest import ROOT, chrome, load_tool
 from tests.test_alt_text import alt_problem
 from tests.test_book import _toc_files
 from tests.test_figures import figures_by_page
@@ -70,14 +70,7 @@ def browser():
     driver.quit()
 
 
-def _wait_for(driver, script: str, timeout: float = 20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = driver.execute_script(script)
-        if value:
-            return value
-        time.sleep(0.2)
-    return driver.execute_script(script)
+_wait_for = load_tool("handouts").wait_for  # poll a script until it is truthy
 
 
 # The theme's colours change with CSS transitions (Bootstrap's .btn: 0.15 s): a check

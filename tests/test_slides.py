@@ -39,7 +39,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -217,14 +216,7 @@ def slide_browser():
     driver.quit()
 
 
-def _wait_for(driver, script: str, timeout: float = 30.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = driver.execute_script(script)
-        if value:
-            return value
-        time.sleep(0.2)
-    return driver.execute_script(script)
+_wait_for = load_tool("handouts").wait_for  # poll a script until it is truthy
 
 
 def _requests(driver) -> list[str]:

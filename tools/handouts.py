@@ -100,13 +100,7 @@ class HandoutError(RuntimeError):
 
 def toc_pages(root: Path = ROOT) -> list[str]:
     """Every page of ``_toc.yml``, in the book's order (docnames, no suffix)."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        for chapter in part.get("chapters", []):
-            files.append(chapter["file"])
-            files.extend(s["file"] for s in chapter.get("sections", []))
-    return files
+    return _load_tool("i18n").toc_files(root)
 
 
 def chapter_docs(root: Path = ROOT) -> list[str]:
