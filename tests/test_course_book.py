@@ -47,3 +47,18 @@ def test_every_chapter_equation_with_a_tag_and_a_line_break_is_rewritten():
                     assert re.search(r"\\end\{split\}\\tag\*?\{[^{}]*\}$", fixed)
                     found += 1
     assert found >= 8  # chapters 3, 5, 7, 8, 9 (two), 11, 12 when this was written
+
+
+def test_changing_a_stylesheet_or_an_extension_changes_the_assets_digest(tmp_path):
+    """The digest is a config value that rebuilds HTML: a changed asset rewrites every page."""
+    for name in ("_ext/ext.py", "_static/site.css", "_static/site.js", "_static/vendor/x.js"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("one")
+    before = course_book.assets_digest(tmp_path)
+    assert course_book.assets_digest(tmp_path) == before
+    (tmp_path / "_static/vendor/x.js").write_text("two")  # vendored copies: not the book's own
+    assert course_book.assets_digest(tmp_path) == before
+    for name in ("_ext/ext.py", "_static/site.css", "_static/site.js"):
+        (tmp_path / name).write_text("changed")
+        assert course_book.assets_digest(tmp_path) != before, name
+        before = course_book.assets_digest(tmp_path)

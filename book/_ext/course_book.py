@@ -55,6 +55,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
 import importlib.util
 import json
@@ -598,7 +599,20 @@ def _write_decks(app: Sphinx, exception: Exception | None) -> None:
     logger.info(f"lecture slides: {len(written)} decks written to {Path(app.outdir) / 'slides'}")
 
 
+def assets_digest(book: Path = ROOT / "book") -> str:
+    """A digest of the book's own extensions (``_ext/*.py``), scripts and stylesheets
+    (``_static/*.js``, ``*.css``). It is a config value that rebuilds HTML, so changing any
+    of them makes Sphinx write every page again: an incremental build otherwise keeps the
+    pages written before, which link the old set of files (no print.css, say)."""
+    files = [*book.glob("_ext/*.py"), *book.glob("_static/*.js"), *book.glob("_static/*.css")]
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.relative_to(book).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def setup(app: Sphinx) -> dict:
+    app.add_config_value("course_assets_digest", assets_digest(), "html")
     app.add_directive("course-hardware", CourseHardware)
     app.add_directive("course-heavy-notebooks", CourseHeavyNotebooks)
     app.add_directive("course-sweep", CourseSweep)
