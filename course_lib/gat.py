@@ -45,14 +45,11 @@ Self-loops, isolated nodes and duplicate edges
   PyG: an edge listed twice enters its target's softmax twice, so that
   neighbour counts twice.  An adjacency matrix cannot hold a duplicate, so the
   dense form sees each edge once; the two forms agree on duplicate-free edge
-  lists (:func:`coalesce` removes duplicates, as :func:`course_lib.data.cora`
-  already does).
+  lists (:func:`coalesce` removes duplicates; :func:`course_lib.data.cora` has none).
 
-Sparse inputs: ``x`` may be a :class:`course_lib.sparse.SparseFeatures` or a
-sparse COO tensor; the first linear map is then a sparse-dense product
-(:func:`course_lib.sparse.linear`) and dropout drops the stored values
-(:func:`course_lib.sparse.dropout`).  Training loops are in
-:mod:`course_lib.gat_training`.
+Sparse inputs: ``x`` may be :class:`course_lib.sparse.SparseFeatures` or sparse
+COO (:func:`course_lib.sparse.linear`, :func:`course_lib.sparse.dropout`).
+Training loops are in :mod:`course_lib.gat_training`.
 """
 
 from __future__ import annotations
@@ -88,7 +85,9 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-def _check_edges(where: str, edge_index: Tensor, num_nodes: int) -> None:
+def _check_edges(
+    where: str, edge_index: Tensor, num_nodes: int, num_targets: int | None = None
+) -> None:
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
         shape = list(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index)
         raise ValueError(f"{where}: edge_index must be [2, E], got {shape}")
@@ -96,6 +95,14 @@ def _check_edges(where: str, edge_index: Tensor, num_nodes: int) -> None:
         raise ValueError(f"{where}: edge_index must be int64, got {edge_index.dtype}")
     if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
         raise ValueError(f"{where}: edge_index holds node ids outside 0..{num_nodes - 1}")
+    n = num_targets  # if given: every edge must end at one of the first n nodes
+    if n is not None and (
+        not 0 <= n <= num_nodes or (edge_index.numel() and edge_index[1].max() >= n)
+    ):
+        raise ValueError(
+            f"{where}: num_targets={n} must be at most {num_nodes} (the nodes), and every edge "
+            f"must end at a node in 0..{n - 1}"
+        )
 
 
 def _check_x(where: str, x: Tensor | sparse.SparseFeatures, in_features: int) -> None:
@@ -103,14 +110,17 @@ def _check_x(where: str, x: Tensor | sparse.SparseFeatures, in_features: int) ->
     expect_shape(where, "x", tensor, [("N", None), ("F_in", in_features)])
 
 
-def add_self_loops(edge_index: Tensor, num_nodes: int) -> Tensor:
+def add_self_loops(edge_index: Tensor, num_nodes: int, num_targets: int | None = None) -> Tensor:
     """Remove any self-loop from ``edge_index`` [2, E], then append ``(i, i)`` for every node.
 
     Returns [2, E' + N] where E' is the number of non-loop edges (duplicates kept).
+    With ``num_targets`` (every edge ending at one of the first ``num_targets``
+    nodes, checked), only those nodes get a loop: [2, E' + num_targets].
     """
-    _check_edges("add_self_loops", edge_index, num_nodes)
+    _check_edges("add_self_loops", edge_index, num_nodes, num_targets)
     keep = edge_index[0] != edge_index[1]
-    loops = torch.arange(num_nodes, device=edge_index.device).expand(2, num_nodes)
+    n = num_nodes if num_targets is None else num_targets
+    loops = torch.arange(n, device=edge_index.device).expand(2, n)
     return torch.cat([edge_index[:, keep], loops], dim=1)
 
 
@@ -223,9 +233,12 @@ class _AttentionLayer(nn.Module):
         out = out.flatten(1) if self.concat else out.mean(dim=1)
         return out if self.bias is None else out + self.bias
 
-    def _edges_used(self, edge_index: Tensor, num_nodes: int) -> Tensor:
-        """The edges attended over: ``edge_index``, with self-loops if the layer adds them."""
-        return add_self_loops(edge_index, num_nodes) if self.add_self_loops else edge_index
+    def _edges_used(self, edge_index: Tensor, num_nodes: int, num_targets: int) -> Tensor:
+        """The edges attended over, with a self-loop per output node if the layer adds them."""
+        _check_edges(type(self).__name__, edge_index, num_nodes, num_targets)
+        if not self.add_self_loops:
+            return edge_index
+        return add_self_loops(edge_index, num_nodes, num_targets)
 
     def _adjacency_used(self, adj: Tensor, num_nodes: int) -> Tensor:
         """The dense counterpart of :meth:`_edges_used`, after checking ``adj`` [N, N] bool."""
@@ -259,6 +272,10 @@ class GATLayer(_AttentionLayer):
     the dense one.  With ``return_attention`` both also return the weights:
     ``(edge_index [2, E'], alpha [E', h])`` (the edges used, self-loops
     included) and ``alpha [h, N, N]`` (row ``i`` over sources ``j``).
+    ``forward(..., num_targets=T)`` computes the outputs of the first ``T``
+    nodes only ([T, ...]; self-loops for those only), when every edge ends at
+    one of them: the inner layers of a receptive field
+    (:func:`course_lib.gat_training.receptive_field`) need no more.
     """
 
     def __init__(
@@ -290,21 +307,21 @@ class GATLayer(_AttentionLayer):
         return wx, (wx * self.att_src).sum(-1), (wx * self.att_dst).sum(-1)
 
     def forward(
-        self, x: Tensor, edge_index: Tensor, return_attention: bool = False
+        self, x: Tensor, edge_index: Tensor, return_attention: bool = False, *, num_targets=None
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
         num_nodes = x.shape[0]
-        _check_edges("GATLayer", edge_index, num_nodes)
+        n_out = num_nodes if num_targets is None else num_targets  # T: the nodes given an output
         wx, score_src, score_dst = self._project(x)  # W x, a_src . W x_j, a_dst . W x_i
-        edges = self._edges_used(edge_index, num_nodes)
+        edges = self._edges_used(edge_index, num_nodes, n_out)
         src, dst = edges
         # (14.2) e_ij = LeakyReLU(a_src . W x_j + a_dst . W x_i) on each edge j -> i    [E, h]
         e = F.leaky_relu(
             score_src.index_select(0, src) + score_dst.index_select(0, dst), self.negative_slope
         )
-        alpha = segment_softmax(e, dst, num_nodes)  # (14.3)                          [E, h]
+        alpha = segment_softmax(e, dst, n_out)  # (14.3)                              [E, h]
         alpha_dropped = sparse.dropout(alpha, self.dropout, self.training)
         messages = wx.index_select(0, src) * alpha_dropped.unsqueeze(-1)  # alpha_ij W x_j [E, h, d]
-        out = torch.zeros_like(wx).index_add_(0, dst, messages)  # (14.4) sum over j  [N, h, d]
+        out = wx.new_zeros(n_out, *wx.shape[1:]).index_add_(0, dst, messages)  # (14.4) [T, h, d]
         out = self._combine(out)
         return (out, (edges, alpha)) if return_attention else out
 
@@ -330,7 +347,8 @@ class GATv2Layer(_AttentionLayer):
     both forms, ``return_attention``) is as in :class:`GATLayer`.  Parameters as
     PyG's ``GATv2Conv`` (``share_weights=False``): ``lin_l`` (W_src, with bias),
     ``lin_r`` (W_dst, with bias), ``att`` [1, h, d], ``bias``.  The dense form
-    builds an [N, N, h, d] tensor: for small graphs only.
+    builds an [N, N, h, d] tensor: for small graphs only.  ``num_targets`` as in
+    :class:`GATLayer`.
     """
 
     def __init__(
@@ -366,19 +384,20 @@ class GATv2Layer(_AttentionLayer):
         return x_src.reshape(shape), x_dst.reshape(shape)
 
     def forward(
-        self, x: Tensor, edge_index: Tensor, return_attention: bool = False
+        self, x: Tensor, edge_index: Tensor, return_attention: bool = False, *, num_targets=None
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
         num_nodes = x.shape[0]
-        _check_edges("GATv2Layer", edge_index, num_nodes)
+        n_out = num_nodes if num_targets is None else num_targets  # T: the nodes given an output
         x_src, x_dst = self._project(x)
-        edges = self._edges_used(edge_index, num_nodes)
+        edges = self._edges_used(edge_index, num_nodes, n_out)
         src, dst = edges
         x_j = x_src.index_select(0, src)  # W_src x_j                                  [E, h, d]
         activated = F.leaky_relu(x_j + x_dst.index_select(0, dst), self.negative_slope)  # [E,h,d]
         e = (activated * self.att).sum(-1)  # (14.5)                                   [E, h]
-        alpha = segment_softmax(e, dst, num_nodes)
+        alpha = segment_softmax(e, dst, n_out)
         alpha_dropped = sparse.dropout(alpha, self.dropout, self.training)
-        out = torch.zeros_like(x_src).index_add_(0, dst, x_j * alpha_dropped.unsqueeze(-1))
+        messages = x_j * alpha_dropped.unsqueeze(-1)  # alpha_ij W_src x_j             [E, h, d]
+        out = x_src.new_zeros(n_out, *x_src.shape[1:]).index_add_(0, dst, messages)
         out = self._combine(out)
         return (out, (edges, alpha)) if return_attention else out
 
@@ -441,7 +460,9 @@ class GAT(nn.Module):
     their dense form.  ``edge_index`` may also be a pair ``(edges of layer 1,
     edges of layer 2)``, each [2, E_l]: a receptive field
     (:func:`course_lib.gat_training.receptive_field`) gives each layer only the
-    edges into the nodes whose outputs are needed.
+    edges into the nodes whose outputs are needed, and ``num_targets`` (a pair
+    ``(T_1, T_2)``, its ``num_targets``) how many of its first nodes those are:
+    the logits are then [T_2, K].
     """
 
     def __init__(
@@ -462,12 +483,17 @@ class GAT(nn.Module):
         self.conv2 = layer(heads * hidden, num_classes, out_heads, concat=False, dropout=dropout)
         self.dropout = dropout
 
-    def forward(self, x: Tensor, edge_index: Tensor, dense: bool = False) -> Tensor:
+    def forward(
+        self, x: Tensor, edge_index: Tensor, dense: bool = False, *, num_targets=None
+    ) -> Tensor:
+        if dense and num_targets is not None:
+            raise ValueError("GAT: num_targets needs the sparse form (dense=False)")
         x = sparse.dropout(x, self.dropout, self.training)
         if dense:  # the dense form's first product takes sparse features too
             x = F.elu(self.conv1.forward_dense(x, edge_index))
             x = sparse.dropout(x, self.dropout, self.training)
             return self.conv2.forward_dense(x, edge_index)
         first, second = edge_index if isinstance(edge_index, tuple | list) else (edge_index,) * 2
-        x = sparse.dropout(F.elu(self.conv1(x, first)), self.dropout, self.training)
-        return self.conv2(x, second)
+        t1, t2 = (None, None) if num_targets is None else num_targets
+        x = sparse.dropout(F.elu(self.conv1(x, first, num_targets=t1)), self.dropout, self.training)
+        return self.conv2(x, second, num_targets=t2)

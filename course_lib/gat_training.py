@@ -76,15 +76,18 @@ class FitResult:
 class ReceptiveField:
     """What :func:`receptive_field` returns.
 
-    ``nodes`` [M]: the nodes read, as ids of the whole graph (sorted);
+    ``nodes`` [M]: the nodes read, as ids of the whole graph, the mask's first;
     ``edges``: one edge list per layer, first layer first, [2, E_l] each, as
     positions in ``nodes``; ``targets`` [T]: the positions in ``nodes`` of the
-    nodes asked for, in their order in the mask.
+    nodes asked for, in their order in the mask (``0 .. T - 1``);
+    ``num_targets``: per layer, how many of the first ``nodes`` need its output
+    (the last layer's: ``T``), the ``num_targets`` of :class:`course_lib.gat.GAT`.
     """
 
     nodes: Tensor
     edges: tuple[Tensor, ...]
     targets: Tensor
+    num_targets: tuple[int, ...]
 
 
 def receptive_field(edge_index: Tensor, mask: Tensor, hops: int = 2) -> ReceptiveField:
@@ -99,7 +102,10 @@ def receptive_field(edge_index: Tensor, mask: Tensor, hops: int = 2) -> Receptiv
     layers add the self-loops) returns at ``targets`` the same outputs as on
     the whole graph, and so the same loss and gradients (``tests/test_gat_training.py``);
     layers with a degree normalisation such as GCN's (14.1), which reads the
-    sources' degrees too, are not covered.
+    sources' degrees too, are not covered.  The nodes come in the order they
+    are first needed (the mask's, then the other nodes whose first-layer output
+    is read, ...), so each layer need compute its outputs only at the first
+    ``num_targets[l]`` nodes (``GAT(..., num_targets=field.num_targets)``).
     """
     gat._check_edges("receptive_field", edge_index, mask.shape[0])
     needed = [mask.clone()]  # needed[l]: nodes whose output of layer (hops - l) is read
@@ -107,11 +113,13 @@ def receptive_field(edge_index: Tensor, mask: Tensor, hops: int = 2) -> Receptiv
         reached = needed[-1].clone()
         reached[edge_index[0, needed[-1][edge_index[1]]]] = True  # the sources of edges into them
         needed.append(reached)
-    nodes = needed[-1].nonzero().squeeze(1)
+    new = [needed[0]] + [now & ~old for old, now in zip(needed[:-1], needed[1:], strict=True)]
+    nodes = torch.cat([m.nonzero().squeeze(1) for m in new])  # the mask's first, in its order
     position = torch.full_like(mask, -1, dtype=torch.long)
     position[nodes] = torch.arange(len(nodes), device=mask.device)
     edges = tuple(position[edge_index[:, targets[edge_index[1]]]] for targets in needed[-2::-1])
-    return ReceptiveField(nodes, edges, position[mask.nonzero().squeeze(1)])
+    num_targets = tuple(int(m.sum()) for m in needed[-2::-1])
+    return ReceptiveField(nodes, edges, position[mask.nonzero().squeeze(1)], num_targets)
 
 
 # ---------------------------------------------------------------------------
@@ -197,32 +205,44 @@ class WindowEarlyStopping(Callback):
 _STOPPING = {"gat": PaperEarlyStopping, "gcn": WindowEarlyStopping}
 
 
-def _on_field(
-    model: nn.Module, x: Tensor | SparseFeatures, edge_index: Tensor, y: Tensor, mask: Tensor
-) -> tuple:
-    """``(x, edges, targets, labels)`` for the outputs of ``model`` at ``mask``.
+Logits = Callable[[nn.Module], Tensor]  # model -> its outputs at the nodes of a mask [T, K]
 
-    A :class:`course_lib.gat.GAT` reads its receptive field only (the same outputs,
-    less work); any other model the whole graph.
-    """
+
+def _whole_graph(model: nn.Module, x: Any, edge_index: Tensor, y: Tensor, mask: Tensor) -> tuple:
+    """``(logits, labels)`` at ``mask``, computed on the whole graph."""
+    return (lambda m: m(x, edge_index)[mask]), y[mask]
+
+
+def _on_field(model: nn.Module, x: Any, edge_index: Tensor, y: Tensor, mask: Tensor) -> tuple:
+    """``(logits, labels)`` at ``mask``: a :class:`course_lib.gat.GAT` reads its receptive
+    field only (the same outputs, less work); any other model the whole graph."""
     if not isinstance(model, gat.GAT) or not bool(mask.any()):
-        return x, edge_index, mask, y[mask]
+        return _whole_graph(model, x, edge_index, y, mask)
     part = receptive_field(edge_index, mask)
     rows = x.rows(part.nodes) if isinstance(x, SparseFeatures) else x.index_select(0, part.nodes)
-    return rows, part.edges, part.targets, y[mask]
+    return (lambda m: m(rows, part.edges, num_targets=part.num_targets)), y[mask]
 
 
-def _loss_and_accuracy(
-    model: nn.Module, x: Tensor | SparseFeatures, edges: Any, targets: Tensor, labels: Tensor
-) -> tuple[float, float]:
-    """The loss and accuracy at ``targets``, in evaluation mode (then back to training)."""
+def _loss_and_accuracy(model: nn.Module, logits_of: Logits, labels: Tensor) -> tuple[float, float]:
+    """The loss and accuracy at a mask's nodes, in evaluation mode (then back to training)."""
     model.eval()
     with torch.inference_mode():
-        logits = model(x, edges)[targets]
+        logits = logits_of(model)
         loss = F.cross_entropy(logits, labels).item()
         acc = (logits.argmax(-1) == labels).float().mean().item()
     model.train()
     return loss, acc
+
+
+def _adam(model: nn.Module, lr: float, decay: float, first_only: bool) -> torch.optim.Adam:
+    """Adam with L2 weight decay ``decay``, on the first layer's parameters only if
+    ``first_only`` (``conv1.*`` or ``lin1.*``)."""
+    first = [p for n, p in model.named_parameters() if n.startswith(("conv1.", "lin1."))]
+    rest = [p for n, p in model.named_parameters() if not n.startswith(("conv1.", "lin1."))]
+    groups = [{"params": first, "weight_decay": decay}]
+    groups.append({"params": rest, "weight_decay": 0.0 if first_only else decay})
+    # foreach: one call per operation over all tensors, the same weights as the loop
+    return torch.optim.Adam(groups, lr=lr, foreach=True)
 
 
 def fit_node_classifier(
@@ -261,28 +281,20 @@ def fit_node_classifier(
     if stopping not in _STOPPING:
         raise ValueError(f"fit_node_classifier: stopping must be 'gat' or 'gcn', got {stopping!r}")
     train_mask, val_mask, test_mask = masks
-    on = _on_field if receptive_fields else lambda m, x, e, y, mask: (x, e, mask, y[mask])
+    on = _on_field if receptive_fields else _whole_graph
     callbacks = []
     if patience is not None and bool(val_mask.any()):
         on_val = on(model, x, edge_index, y, val_mask)
         callbacks.append(_STOPPING[stopping](lambda m: _loss_and_accuracy(m, *on_val), patience))
-    first = [p for n, p in model.named_parameters() if n.startswith(("conv1.", "lin1."))]
-    rest = [p for n, p in model.named_parameters() if not n.startswith(("conv1.", "lin1."))]
-    rest_decay = 0.0 if decay_first_layer_only else weight_decay
-
-    def adam(params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        groups = [{"params": first, "weight_decay": weight_decay}]
-        return torch.optim.Adam(groups + [{"params": rest, "weight_decay": rest_decay}], lr=lr)
-
-    x_train, edges_train, targets, labels = on(model, x, edge_index, y, train_mask)
+    train_logits, labels = on(model, x, edge_index, y, train_mask)
     start = time.perf_counter()
     losses = train(
         model,
-        lambda: targets,  # full batch: every epoch sees every training node
-        lambda m, at: F.cross_entropy(m(x_train, edges_train)[at], labels),
+        lambda: None,  # full batch: every epoch sees every training node
+        lambda m, _: F.cross_entropy(train_logits(m), labels),
         max_epochs,
         clip_norm=None,
-        optimizer=adam,
+        optimizer=lambda _: _adam(model, lr, weight_decay, decay_first_layer_only),
         callbacks=callbacks,
         progress=progress,
         desc=desc,

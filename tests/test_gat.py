@@ -376,6 +376,27 @@ def test_edge_lists():
     assert gat.GATv2Layer(1, 1, 1)(torch.ones(2, 1), empty).shape == (2, 1)
 
 
+@pytest.mark.parametrize("layer_cls", [gat.GATLayer, gat.GATv2Layer])
+def test_num_targets_computes_the_first_nodes_only(layer_cls):
+    """With num_targets=T a layer returns the outputs of nodes 0..T-1, as without it, when
+    every edge ends among them (self-loops for those only); other edges are refused."""
+    torch.manual_seed(0)
+    edges = torch.tensor([[2, 3, 4, 0, 1], [0, 0, 1, 1, 0]])  # every edge ends at node 0 or 1
+    layer, x = layer_cls(3, 4, heads=2), torch.randn(5, 3)
+    out, (used, _) = layer(x, edges, return_attention=True, num_targets=2)
+    assert out.shape == (2, 8) and int(used[1].max()) == 1
+    assert sorted(used[:, used[0] == used[1]].T.tolist()) == [[0, 0], [1, 1]]
+    torch.testing.assert_close(out, layer(x, edges)[:2])
+    with pytest.raises(ValueError, match="every edge must end at a node in 0..0"):
+        layer(x, edges, num_targets=1)
+    with pytest.raises(ValueError, match="num_targets=6"):
+        layer(x, edges, num_targets=6)
+    assert gat.add_self_loops(edges, 5, num_targets=2)[:, -2:].tolist() == [[0, 1], [0, 1]]
+    model = gat.GAT(3, 2, hidden=4, heads=2, dropout=0.0, layer=layer_cls)
+    with pytest.raises(ValueError, match="num_targets needs the sparse form"):
+        model(x, gat.to_dense_adjacency(edges, 5), dense=True, num_targets=(2, 1))
+
+
 def test_layers_describe_themselves():
     assert gat.GATLayer(5, 4, heads=3, dropout=0.5).extra_repr() == (
         "5, 4, heads=3, concat=True, dropout=0.5, add_self_loops=True"

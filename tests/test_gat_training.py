@@ -193,6 +193,7 @@ def test_receptive_field_of_a_path():
     path = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4], [1, 0, 2, 1, 3, 2, 4, 3]])
     field = gat_training.receptive_field(path, torch.arange(5) == 0)
     assert field.nodes.tolist() == [0, 1, 2] and field.targets.tolist() == [0]
+    assert field.num_targets == (2, 1)  # layer 1's outputs at nodes 0 and 1, layer 2's at 0
     first, second = (e.T.tolist() for e in field.edges)
     assert sorted(first) == [[0, 1], [1, 0], [2, 1]]  # the edges into nodes 0 and 1
     assert second == [[1, 0]]  # the edge into node 0
@@ -213,14 +214,40 @@ def test_receptive_field_gives_the_same_outputs_and_gradients(layer, form):
     assert len(field.nodes) < n  # the test reads a part of the graph
     part = inputs.rows(field.nodes) if form == "sparse" else x[field.nodes]
     outputs, grads = [], []
-    for logits in (model(inputs, edges)[mask], model(part, field.edges)[field.targets]):
+    assert field.targets.tolist() == list(range(int(mask.sum())))  # the mask's nodes first
+    assert field.num_targets[1] == int(mask.sum()) < field.num_targets[0] < len(field.nodes)
+    trimmed = model(part, field.edges, num_targets=field.num_targets)  # [T, K]: no other output
+    assert trimmed.shape == (int(mask.sum()), 3)
+    for logits in (
+        model(inputs, edges)[mask],
+        model(part, field.edges)[field.targets],
+        trimmed,
+    ):
         model.zero_grad()
         torch.nn.functional.cross_entropy(logits, y[mask]).backward()
         outputs.append(logits.detach())
         grads.append([p.grad.clone() for p in model.parameters()])
-    assert torch.allclose(*outputs, atol=1e-6)
-    for full, restricted in zip(*grads, strict=True):
-        assert torch.allclose(full, restricted, atol=1e-6)
+    for other in outputs[1:]:
+        assert torch.allclose(outputs[0], other, atol=1e-6)
+    for full, *restricted in zip(*grads, strict=True):
+        assert all(torch.allclose(full, r, atol=1e-6) for r in restricted)
+
+
+def test_receptive_field_orders_the_nodes_by_the_layer_that_needs_them():
+    """Targets first (in mask order), then the other nodes whose first-layer output is read,
+    then the inputs only; every layer's edges end at the nodes it computes."""
+    torch.manual_seed(1)
+    n = 80
+    edges = gat.coalesce(torch.randint(0, n, (2, 200)), n)
+    mask = torch.rand(n) < 0.1
+    field = gat_training.receptive_field(edges, mask)
+    t1, t2 = field.num_targets
+    assert field.nodes[:t2].tolist() == mask.nonzero().squeeze(1).tolist()
+    read = torch.zeros(n, dtype=torch.bool)
+    read[field.nodes[field.edges[1][0]]] = True  # the sources of the last layer's edges
+    assert set(field.nodes[:t1].tolist()) == set((read | mask).nonzero().squeeze(1).tolist())
+    assert int(field.edges[0][1].max()) < t1 and int(field.edges[1][1].max()) < t2
+    assert int(field.edges[1][0].max()) < t1  # layer 2 reads layer 1's outputs only
 
 
 def test_fit_on_receptive_fields_changes_no_number():

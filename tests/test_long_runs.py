@@ -176,3 +176,18 @@ def test_ch07_ch08_records_have_every_arm_and_seed(name, arms, numbers):
             )
             assert all(f"x8_pi_{i}_{k}" in run["results"] for i in range(3)
                        for k in ("plain", "interp", "plain_ft", "interp_ft"))  # fmt: skip
+
+
+def test_ch14_record_has_every_model_and_seed():
+    """Chapter 14 reads each model's test accuracy (%) and epochs from 10 runs (the paper's
+    seed count) under chapter seed 0; GAT and GATv2 runs stopped by themselves."""
+    spec = long_runs.LONG_RUNS["ch14_cora"]
+    assert spec["env"] == {"COURSE_CH14_SEEDS": "10"} and spec["seeds"] == [0]
+    (run,) = long_runs.load("ch14_cora")["runs"]
+    results = run["results"]
+    for model in ("gatv2", "gat", "gcn", "mlp"):
+        for i in range(10):
+            assert 40 < results[f"cora_run_{model}_{i}_acc"] < 90, (model, i)
+            assert 1 <= results[f"cora_run_{model}_{i}_epochs"] < 100_000, (model, i)
+        assert f"cora_run_{model}_10_acc" not in results  # ten, not eleven
+    assert all(results[f"cora_run_gcn_{i}_epochs"] <= 200 for i in range(10))  # Kipf's cap
