@@ -380,3 +380,18 @@ def test_pages_link_the_handouts(printed, site):
     for page in [guide_page, *(site / f"{doc}.html" for doc in CHAPTERS)]:
         for href in re.findall(r'href="([^"#]*\.pdf)"', page.read_text()):
             assert (page.parent / href).resolve().is_file(), f"{page.name}: {href} is missing"
+
+
+def test_edition_pages_link_the_english_handouts(printed, site):
+    """The pt pages link the same PDFs (printed from the English pages), one folder up, and
+    every link is a file of the site."""
+    edition = site / "pt"
+    pages = [edition / "book" / "instructor_guide.html"]
+    pages += [edition / f"{doc}.html" for doc in CHAPTERS]
+    for page in pages:
+        hrefs = re.findall(r'href="([^"#]*\.pdf)"', page.read_text())
+        assert hrefs, f"{page.relative_to(site)} links no PDF"
+        for href in hrefs:
+            target = (page.parent / href).resolve()
+            assert target.is_file(), f"{page.relative_to(site)}: {href} is missing"
+            assert target.parent == (site / handouts.HANDOUTS).resolve(), href
