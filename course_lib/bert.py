@@ -166,12 +166,32 @@ class BertEncoder(nn.Module):
         input_ids: Tensor,
         token_type_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
+        *,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        """``positions`` [B, m] (optional): the last block's output only at these positions of
+        each row, ``hidden`` [B, m, D] (its keys and values still read every position), the
+        same numbers as ``hidden[b, positions[b]]`` for a fraction of the cost; then
+        ``pooled`` is of ``hidden[:, 0]``, the [CLS] vector when ``positions[:, 0]`` is 0."""
         x = self.embed(input_ids, token_type_ids)
         kpm = None if attention_mask is None else attention_mask.bool()
-        for layer in self.layers:
+        last = len(self.layers) - 1 if positions is not None else len(self.layers)
+        for layer in self.layers[:last]:
             x = layer(x, key_padding_mask=kpm)  # no mask: bidirectional
+        if positions is not None:
+            x = _post_norm_block_at(self.layers[-1], x, positions, kpm)
         return x, torch.tanh(self.pooler(x[:, 0]))  # pooled [CLS]
+
+
+def _post_norm_block_at(layer: EncoderBlock, x: Tensor, positions: Tensor, kpm: Tensor | None):
+    """A post-norm block (4.2) whose outputs are wanted at ``positions`` [B, m] only: the
+    queries, the residuals and the feed-forward at those rows, the keys and values at all.
+    Every output row depends only on its own query row, so this is the block's output
+    ``layer(x)[b, positions[b]]``, without the rows nobody reads."""
+    q = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))  # [B, m, D]
+    out, _ = layer.self_attn(q, x, x, key_padding_mask=kpm)  # [B, m, D]
+    y = layer.norm1(q + layer.dropout1(out))
+    return layer.norm2(y + layer.dropout2(layer.ff(y)))
 
 
 class MaskedLM(nn.Module):
@@ -210,12 +230,17 @@ def mlm_loss(model: MaskedLM, batch: tuple[Tensor, Tensor]) -> Tensor:
 
     ``batch = (inputs [B, T], labels [B, T])``.  The read-out (a [V, D] product)
     runs at the selected positions only, as BERT's code does: about 15% of the
-    cost of scoring every position, for the same loss.
+    cost of scoring every position, for the same loss.  So does the last block
+    (``BertEncoder(..., positions=...)``): no later layer reads its other rows.
     """
     inputs, labels = batch
-    h, _ = model.encoder(inputs)
     selected = labels != -100  #                                               [B, T]
-    return F.cross_entropy(model.head(h[selected]), labels[selected])
+    # each row's selected positions first, in order; m = the most any row has  [B, m]
+    m = max(int(selected.sum(1).max()), 1)
+    positions = torch.sort((~selected).to(torch.uint8), dim=1, stable=True).indices[:, :m]
+    h, _ = model.encoder(inputs, positions=positions)  # the last block at those only [B, m, D]
+    kept = torch.arange(m, device=inputs.device) < selected.sum(1, keepdim=True)  # [B, m]
+    return F.cross_entropy(model.head(h[kept]), labels.gather(1, positions)[kept])
 
 
 class Classifier(nn.Module):
@@ -233,7 +258,9 @@ class Classifier(nn.Module):
         token_type_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
     ) -> Tensor:
-        _, pooled = self.encoder(input_ids, token_type_ids, attention_mask)
+        # only [CLS] is read: the last block runs at position 0 alone (same pooled vector)
+        cls = torch.zeros_like(input_ids[:, :1])  #                                [B, 1]
+        _, pooled = self.encoder(input_ids, token_type_ids, attention_mask, positions=cls)
         return self.out(self.dropout(pooled))
 
 
