@@ -169,29 +169,52 @@ class BertEncoder(nn.Module):
         *,
         positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """``positions`` [B, m] (optional): the last block's output only at these positions of
-        each row, ``hidden`` [B, m, D] (its keys and values still read every position), the
-        same numbers as ``hidden[b, positions[b]]`` for a fraction of the cost; then
-        ``pooled`` is of ``hidden[:, 0]``, the [CLS] vector when ``positions[:, 0]`` is 0."""
+        """``positions`` (optional) asks for the last block's output at some positions only
+        (its keys and values still read every position): the same numbers as the full
+        ``hidden`` there, for a fraction of the cost.  Either [B, m] position ids, giving
+        ``hidden`` [B, m, D] and ``pooled`` of ``hidden[:, 0]`` (the [CLS] vector when
+        ``positions[:, 0]`` is 0), or a boolean [B, T], giving ``hidden[positions]`` [N, D]
+        in row-major order and ``pooled`` None."""
         x = self.embed(input_ids, token_type_ids)
         kpm = None if attention_mask is None else attention_mask.bool()
         last = len(self.layers) - 1 if positions is not None else len(self.layers)
         for layer in self.layers[:last]:
             x = layer(x, key_padding_mask=kpm)  # no mask: bidirectional
-        if positions is not None:
-            x = _post_norm_block_at(self.layers[-1], x, positions, kpm)
-        return x, torch.tanh(self.pooler(x[:, 0]))  # pooled [CLS]
+        if positions is None:
+            return x, torch.tanh(self.pooler(x[:, 0]))  # pooled [CLS]
+        x = _post_norm_block_at(self.layers[-1], x, positions, kpm)
+        return x, None if positions.dtype == torch.bool else torch.tanh(self.pooler(x[:, 0]))
 
 
 def _post_norm_block_at(layer: EncoderBlock, x: Tensor, positions: Tensor, kpm: Tensor | None):
-    """A post-norm block (4.2) whose outputs are wanted at ``positions`` [B, m] only: the
-    queries, the residuals and the feed-forward at those rows, the keys and values at all.
-    Every output row depends only on its own query row, so this is the block's output
-    ``layer(x)[b, positions[b]]``, without the rows nobody reads."""
-    q = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))  # [B, m, D]
-    out, _ = layer.self_attn(q, x, x, key_padding_mask=kpm)  # [B, m, D]
+    """A post-norm block (4.2) whose outputs are wanted at ``positions`` only (see
+    :meth:`BertEncoder.forward`): the queries, the residuals and the feed-forward at those
+    rows, the keys and values at all.  Each output row depends on its own query row only,
+    so these are the block's outputs there, without the rows nobody reads."""
+    if positions.dtype == torch.bool:  # [B, T] -> N single queries, each reading its own row
+        q = x[positions]  #                                                        [N, D]
+        out = _attend_rows(layer.self_attn, q, x, positions.nonzero()[:, 0], kpm)
+    else:
+        q = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))  # [B, m, D]
+        out, _ = layer.self_attn(q, x, x, key_padding_mask=kpm)  #               [B, m, D]
     y = layer.norm1(q + layer.dropout1(out))
     return layer.norm2(y + layer.dropout2(layer.ff(y)))
+
+
+def _attend_rows(attn: nn.Module, q_in: Tensor, x: Tensor, rows: Tensor, kpm: Tensor | None):
+    """``attn`` (a :class:`~course_lib.attention.MultiHeadAttention`) for ``N`` single
+    queries ``q_in`` [N, D], query ``n`` attending over row ``rows[n]`` of ``x`` [B, T, D]:
+    (3.1) projections, (3.2) in PyTorch's fused kernel, (3.6) concatenation and W_O."""
+    h, d = attn.num_heads, attn.head_dim
+    w_q, w_k, w_v = attn.in_proj_weight.chunk(3)
+    b_q, b_k, b_v = (None,) * 3 if attn.in_proj_bias is None else attn.in_proj_bias.chunk(3)
+    q = F.linear(q_in, w_q, b_q).view(-1, h, 1, d)  #                           [N, h, 1, d]
+    k = F.linear(x, w_k, b_k).unflatten(-1, (h, d)).transpose(1, 2)[rows]  #   [N, h, T, d]
+    v = F.linear(x, w_v, b_v).unflatten(-1, (h, d)).transpose(1, 2)[rows]
+    mask = None if kpm is None else kpm[rows][:, None, None, :]  #             [N, 1, 1, T]
+    p = attn.dropout if attn.training else 0.0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # [N, h, 1, d]
+    return attn.out_proj(out.flatten(1))  #                                    [N, D]
 
 
 class MaskedLM(nn.Module):
@@ -235,12 +258,8 @@ def mlm_loss(model: MaskedLM, batch: tuple[Tensor, Tensor]) -> Tensor:
     """
     inputs, labels = batch
     selected = labels != -100  #                                               [B, T]
-    # each row's selected positions first, in order; m = the most any row has  [B, m]
-    m = max(int(selected.sum(1).max()), 1)
-    positions = torch.sort((~selected).to(torch.uint8), dim=1, stable=True).indices[:, :m]
-    h, _ = model.encoder(inputs, positions=positions)  # the last block at those only [B, m, D]
-    kept = torch.arange(m, device=inputs.device) < selected.sum(1, keepdim=True)  # [B, m]
-    return F.cross_entropy(model.head(h[kept]), labels.gather(1, positions)[kept])
+    h, _ = model.encoder(inputs, positions=selected)  # the last block there only [N, D]
+    return F.cross_entropy(model.head(h), labels[selected])
 
 
 class Classifier(nn.Module):

@@ -602,3 +602,17 @@ def test_mlm_loss_and_gradients_equal_the_full_computation():
     torch.testing.assert_close(loss, full)
     for a, b in zip(g, g_full, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_last_block_at_a_boolean_selection_with_padding():
+    torch.manual_seed(2)
+    model = bert.BertEncoder(SMALL)
+    ids = torch.randint(4, 60, (3, 9))
+    pad = torch.ones(3, 9, dtype=torch.bool)
+    pad[2, 5:] = False
+    sel = torch.rand(3, 9) < 0.4
+    sel[0, 0] = True
+    full, _ = model(ids, attention_mask=pad)
+    part, pooled = model(ids, attention_mask=pad, positions=sel)
+    assert pooled is None
+    torch.testing.assert_close(part, full[sel])
