@@ -166,12 +166,55 @@ class BertEncoder(nn.Module):
         input_ids: Tensor,
         token_type_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
+        *,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        """``positions`` (optional) asks for the last block's output at some positions only
+        (its keys and values still read every position): the same numbers as the full
+        ``hidden`` there, for a fraction of the cost.  Either [B, m] position ids, giving
+        ``hidden`` [B, m, D] and ``pooled`` of ``hidden[:, 0]`` (the [CLS] vector when
+        ``positions[:, 0]`` is 0), or a boolean [B, T], giving ``hidden[positions]`` [N, D]
+        in row-major order and ``pooled`` None."""
         x = self.embed(input_ids, token_type_ids)
         kpm = None if attention_mask is None else attention_mask.bool()
-        for layer in self.layers:
+        last = len(self.layers) - 1 if positions is not None else len(self.layers)
+        for layer in self.layers[:last]:
             x = layer(x, key_padding_mask=kpm)  # no mask: bidirectional
-        return x, torch.tanh(self.pooler(x[:, 0]))  # pooled [CLS]
+        if positions is None:
+            return x, torch.tanh(self.pooler(x[:, 0]))  # pooled [CLS]
+        x = _post_norm_block_at(self.layers[-1], x, positions, kpm)
+        return x, None if positions.dtype == torch.bool else torch.tanh(self.pooler(x[:, 0]))
+
+
+def _post_norm_block_at(layer: EncoderBlock, x: Tensor, positions: Tensor, kpm: Tensor | None):
+    """A post-norm block (4.2) whose outputs are wanted at ``positions`` only (see
+    :meth:`BertEncoder.forward`): the queries, the residuals and the feed-forward at those
+    rows, the keys and values at all.  Each output row depends on its own query row only,
+    so these are the block's outputs there, without the rows nobody reads."""
+    if positions.dtype == torch.bool:  # [B, T] -> N single queries, each reading its own row
+        q = x[positions]  #                                                        [N, D]
+        out = _attend_rows(layer.self_attn, q, x, positions.nonzero()[:, 0], kpm)
+    else:
+        q = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))  # [B, m, D]
+        out, _ = layer.self_attn(q, x, x, key_padding_mask=kpm)  #               [B, m, D]
+    y = layer.norm1(q + layer.dropout1(out))
+    return layer.norm2(y + layer.dropout2(layer.ff(y)))
+
+
+def _attend_rows(attn: nn.Module, q_in: Tensor, x: Tensor, rows: Tensor, kpm: Tensor | None):
+    """``attn`` (a :class:`~course_lib.attention.MultiHeadAttention`) for ``N`` single
+    queries ``q_in`` [N, D], query ``n`` attending over row ``rows[n]`` of ``x`` [B, T, D]:
+    (3.1) projections, (3.2) in PyTorch's fused kernel, (3.6) concatenation and W_O."""
+    h, d = attn.num_heads, attn.head_dim
+    w_q, w_k, w_v = attn.in_proj_weight.chunk(3)
+    b_q, b_k, b_v = (None,) * 3 if attn.in_proj_bias is None else attn.in_proj_bias.chunk(3)
+    q = F.linear(q_in, w_q, b_q).view(-1, h, 1, d)  #                           [N, h, 1, d]
+    k = F.linear(x, w_k, b_k).unflatten(-1, (h, d)).transpose(1, 2)[rows]  #   [N, h, T, d]
+    v = F.linear(x, w_v, b_v).unflatten(-1, (h, d)).transpose(1, 2)[rows]
+    mask = None if kpm is None else kpm[rows][:, None, None, :]  #             [N, 1, 1, T]
+    p = attn.dropout if attn.training else 0.0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # [N, h, 1, d]
+    return attn.out_proj(out.flatten(1))  #                                    [N, D]
 
 
 class MaskedLM(nn.Module):
@@ -210,12 +253,13 @@ def mlm_loss(model: MaskedLM, batch: tuple[Tensor, Tensor]) -> Tensor:
 
     ``batch = (inputs [B, T], labels [B, T])``.  The read-out (a [V, D] product)
     runs at the selected positions only, as BERT's code does: about 15% of the
-    cost of scoring every position, for the same loss.
+    cost of scoring every position, for the same loss.  So does the last block
+    (``BertEncoder(..., positions=...)``): no later layer reads its other rows.
     """
     inputs, labels = batch
-    h, _ = model.encoder(inputs)
     selected = labels != -100  #                                               [B, T]
-    return F.cross_entropy(model.head(h[selected]), labels[selected])
+    h, _ = model.encoder(inputs, positions=selected)  # the last block there only [N, D]
+    return F.cross_entropy(model.head(h), labels[selected])
 
 
 class Classifier(nn.Module):
@@ -233,7 +277,9 @@ class Classifier(nn.Module):
         token_type_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
     ) -> Tensor:
-        _, pooled = self.encoder(input_ids, token_type_ids, attention_mask)
+        # only [CLS] is read: the last block runs at position 0 alone (same pooled vector)
+        cls = torch.zeros_like(input_ids[:, :1])  #                                [B, 1]
+        _, pooled = self.encoder(input_ids, token_type_ids, attention_mask, positions=cls)
         return self.out(self.dropout(pooled))
 
 

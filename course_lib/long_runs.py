@@ -99,6 +99,19 @@ LONG_RUNS: dict[str, dict] = {
         "seeds": [0, 1, 2, 3],
         "minutes": "about 2 a seed",
     },
+    # chapter 12's fine-tuning comparison with its learning-rate search and three runs per arm
+    # (the chapter trains one run per arm live, at the rates the search chose), over four
+    # chapter seeds
+    "ch12_finetune": {
+        "notebook": "notebooks/ch12_masked_language_models.ipynb",
+        "env": {"COURSE_CH12_FULL": "1"},
+        # the tokenizer; the windows; the MLM pretraining; the search, the runs and the probes
+        "cells": ["60c858ab", "fe19007f", "a3593441", "4b8e275c"],
+        "skip": ["c12rec01"],
+        "keep": ["ft_"],
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 1.2 a seed",
+    },
     # chapter 14's Cora reproduction with the paper's 10 seeds per model (the chapter trains
     # one live), under chapter seed 0
     "ch14_cora": {

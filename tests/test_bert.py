@@ -558,3 +558,61 @@ def test_linear_probe_trains_one_linear_layer_on_the_features_device(monkeypatch
     assert given == [((4, 5), *w), ((4,), *b)]
     with pytest.raises(ValueError, match=r"^linear_probe: train_x must be \[N, D\] with train_y"):
         bert.linear_probe(torch.zeros(4, 2), torch.zeros(3), torch.zeros(4, 2), torch.zeros(4))
+
+
+def test_last_block_at_positions_equals_the_full_block():
+    """``positions``: the last block's output at those positions only is the full
+    encoder's there, with padding too; so are the gradients of a loss read there."""
+    torch.manual_seed(0)
+    model = bert.BertEncoder(SMALL)
+    ids = torch.randint(4, 60, (3, 10))
+    pad = torch.ones(3, 10, dtype=torch.bool)
+    pad[1, 6:] = False
+    positions = torch.tensor([[0, 4, 9], [2, 3, 5], [1, 1, 8]])
+    full, pooled = model(ids, attention_mask=pad)
+    part, pooled_part = model(ids, attention_mask=pad, positions=positions)
+    torch.testing.assert_close(part, full[torch.arange(3)[:, None], positions])
+    params = [p for n, p in model.named_parameters() if not n.startswith("pooler.")]
+    g_full = torch.autograd.grad(full[torch.arange(3)[:, None], positions].square().sum(), params)
+    g_part = torch.autograd.grad(part.square().sum(), params)
+    for a, b in zip(g_full, g_part, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    cls_only, pooled_cls = model(ids, attention_mask=pad, positions=torch.zeros(3, 1).long())
+    torch.testing.assert_close(pooled_cls, pooled)
+    torch.testing.assert_close(cls_only[:, 0], full[:, 0])
+
+
+def test_mlm_loss_and_gradients_equal_the_full_computation():
+    """The loss at the selected positions, the last block run there only, equals the loss of
+    every position's logits with the others ignored; so do its gradients (rows with no
+    selected position and rows with many included)."""
+    torch.manual_seed(1)
+    model = bert.MaskedLM(SMALL)
+    ids = torch.randint(4, 60, (5, 12))
+    labels = torch.full_like(ids, -100)
+    sel = torch.rand(5, 12) < 0.3
+    sel[2] = False
+    sel[3, :9] = True
+    labels[sel] = ids[sel]
+    params = [p for n, p in model.named_parameters() if not n.startswith("encoder.pooler.")]
+    loss = bert.mlm_loss(model, (ids, labels))
+    g = torch.autograd.grad(loss, params)
+    full = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), labels.flatten())
+    g_full = torch.autograd.grad(full, params)
+    torch.testing.assert_close(loss, full)
+    for a, b in zip(g, g_full, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_last_block_at_a_boolean_selection_with_padding():
+    torch.manual_seed(2)
+    model = bert.BertEncoder(SMALL)
+    ids = torch.randint(4, 60, (3, 9))
+    pad = torch.ones(3, 9, dtype=torch.bool)
+    pad[2, 5:] = False
+    sel = torch.rand(3, 9) < 0.4
+    sel[0, 0] = True
+    full, _ = model(ids, attention_mask=pad)
+    part, pooled = model(ids, attention_mask=pad, positions=sel)
+    assert pooled is None
+    torch.testing.assert_close(part, full[sel])

@@ -191,3 +191,17 @@ def test_ch14_record_has_every_model_and_seed():
             assert 1 <= results[f"cora_run_{model}_{i}_epochs"] < 100_000, (model, i)
         assert f"cora_run_{model}_10_acc" not in results  # ten, not eleven
     assert all(results[f"cora_run_gcn_{i}_epochs"] <= 200 for i in range(10))  # Kipf's cap
+
+
+def test_ch12_record_has_every_arm_run_and_seed():
+    """Chapter 12 reads three runs per arm, the rate each arm's search chose and the two
+    probes from each of four chapter seeds."""
+    spec = long_runs.LONG_RUNS["ch12_finetune"]
+    assert spec["env"] == {"COURSE_CH12_FULL": "1"} and spec["seeds"] == [0, 1, 2, 3]
+    for run in long_runs.load("ch12_finetune")["runs"]:
+        results = run["results"]
+        for arm in ("pretrained", "scratch"):
+            assert all(0.2 < results[f"ft_{arm}_run{i}"] <= 1 for i in range(3)), arm
+            assert f"ft_{arm}_run3" not in results  # three, not four
+            assert results[f"ft_{arm}_lr_index"] in (0, 1, 2, 3)
+        assert 0.2 < results["ft_probe_pretrained"] <= 1 and 0.2 < results["ft_probe_random"] <= 1
