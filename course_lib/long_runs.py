@@ -99,6 +99,21 @@ LONG_RUNS: dict[str, dict] = {
         "seeds": [0, 1, 2, 3],
         "minutes": "about 2 a seed",
     },
+    # chapter 11's full run: 1500 pretraining steps (the chapter trains 600 live) and every
+    # fine-tuning method at every rate of its grid (the chapter trains the chosen rates), over
+    # four chapter seeds
+    "ch11_full": {
+        "notebook": "notebooks/ch11_language_models.ipynb",
+        "env": {"COURSE_CH11_FULL": "1"},
+        # the data; the pretraining and its validation loss; the tuning texts; the grid and the
+        # control; their test losses
+        "cells": ["504cec3a", "c1513a13", "80a4364b", "bfd09aa1", "c11pe04", "c11pe06"],
+        "skip": ["c11long01"],
+        "keep": ["val_", "pretrain_", "pick_", "full_", "lora_", "adapter", "play_part",
+                 "speaker_part", "crossover"],  # fmt: skip
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 1.7 a seed",
+    },
     # chapter 14's Cora reproduction with the paper's 10 seeds per model (the chapter trains
     # one live), under chapter seed 0
     "ch14_cora": {
