@@ -105,12 +105,12 @@ LONG_RUNS: dict[str, dict] = {
     "ch11_full": {
         "notebook": "notebooks/ch11_language_models.ipynb",
         "env": {"COURSE_CH11_FULL": "1"},
-        # the data; the pretraining and its validation loss; the tuning texts; the grid and the
-        # control; their test losses
-        "cells": ["504cec3a", "c1513a13", "80a4364b", "bfd09aa1", "c11pe04", "c11pe06"],
+        # the data; the pretraining and its validation loss; the next-character distributions;
+        # the tuning texts; the grid and the control; their test losses
+        "cells": ["504cec3a", "c1513a13", "80a4364b", "c11tk02", "bfd09aa1", "c11pe04", "c11pe06"],
         "skip": ["c11long01"],
-        "keep": ["val_", "pretrain_", "pick_", "full_", "lora_", "adapter", "play_part",
-                 "speaker_part", "crossover"],  # fmt: skip
+        "keep": ["val_", "pretrain_", "tail_", "forced_", "open_", "pick_", "full_", "lora_",
+                 "adapter", "play_part", "speaker_part", "crossover"],  # fmt: skip
         "seeds": [0, 1, 2, 3],
         "minutes": "about 1.7 a seed",
     },
