@@ -69,7 +69,7 @@ LONG_RUNS: dict[str, dict] = {
             "c13frac02",
             "c13frac02b",
             "c13frac02c",
-        ],  # fmt: skip
+        ],
         "keep": ["sweep_"],
         "seeds": [0, 1, 2, 3],
         "minutes": "about 4 a seed, up to 5",
@@ -109,8 +109,20 @@ LONG_RUNS: dict[str, dict] = {
         # the tuning texts; the grid and the control; their test losses
         "cells": ["504cec3a", "c1513a13", "80a4364b", "c11tk02", "bfd09aa1", "c11pe04", "c11pe06"],
         "skip": ["c11long01"],
-        "keep": ["val_", "pretrain_", "tail_", "forced_", "open_", "pick_", "full_", "lora_",
-                 "adapter", "play_part", "speaker_part", "crossover"],  # fmt: skip
+        "keep": [
+            "val_",
+            "pretrain_",
+            "tail_",
+            "forced_",
+            "open_",
+            "pick_",
+            "full_",
+            "lora_",
+            "adapter",
+            "play_part",
+            "speaker_part",
+            "crossover",
+        ],
         "seeds": [0, 1, 2, 3],
         "minutes": "about 1.7 a seed",
     },
