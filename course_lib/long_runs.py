@@ -69,7 +69,7 @@ LONG_RUNS: dict[str, dict] = {
             "c13frac02",
             "c13frac02b",
             "c13frac02c",
-        ],  # fmt: skip
+        ],
         "keep": ["sweep_"],
         "seeds": [0, 1, 2, 3],
         "minutes": "about 4 a seed, up to 5",
@@ -111,6 +111,33 @@ LONG_RUNS: dict[str, dict] = {
         "keep": ["ft_"],
         "seeds": [0, 1, 2, 3],
         "minutes": "about 1.2 a seed",
+    },
+    # chapter 11's full run: 1500 pretraining steps (the chapter trains 600 live) and every
+    # fine-tuning method at every rate of its grid (the chapter trains the chosen rates), over
+    # four chapter seeds
+    "ch11_full": {
+        "notebook": "notebooks/ch11_language_models.ipynb",
+        "env": {"COURSE_CH11_FULL": "1"},
+        # the data; the pretraining and its validation loss; the next-character distributions;
+        # the tuning texts; the grid and the control; their test losses
+        "cells": ["504cec3a", "c1513a13", "80a4364b", "c11tk02", "bfd09aa1", "c11pe04", "c11pe06"],
+        "skip": ["c11long01"],
+        "keep": [
+            "val_",
+            "pretrain_",
+            "tail_",
+            "forced_",
+            "open_",
+            "pick_",
+            "full_",
+            "lora_",
+            "adapter",
+            "play_part",
+            "speaker_part",
+            "crossover",
+        ],
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 1.7 a seed",
     },
     # chapter 14's Cora reproduction with the paper's 10 seeds per model (the chapter trains
     # one live), under chapter seed 0
