@@ -72,7 +72,7 @@ LONG_RUNS: dict[str, dict] = {
         ],  # fmt: skip
         "keep": ["sweep_"],
         "seeds": [0, 1, 2, 3],
-        "minutes": "about 4 a seed, up to 5",
+        "minutes": "about 2 a seed, up to 3",
     },
     # chapter 7's extrapolation arms and learned table with three seeds each (the chapter
     # trains one live), over four chapter seeds
