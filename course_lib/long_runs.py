@@ -54,11 +54,11 @@ LONG_RUNS: dict[str, dict] = {
         "env": {"COURSE_CH10_EXO_STEPS": "1000"},
         "minutes": "about 7 a seed, up to 10",
     },
-    # chapter 13's data-fraction sweep at all three training-set sizes (the chapter runs the
-    # smallest), over four chapter seeds
+    # chapter 13's data-fraction sweep at all three training-set sizes, three seeds each (the
+    # chapter runs the smallest, one seed), over four chapter seeds
     "ch13_sweep": {
         "notebook": "notebooks/ch13_vision_transformer.ipynb",
-        "env": {"COURSE_CH13_FRACTIONS": "0.05,0.2,1.0"},
+        "env": {"COURSE_CH13_FRACTIONS": "0.05,0.2,1.0", "COURSE_CH13_SEEDS": "3"},
         # the data and split; fit and the ViT; the CNN; the scrambled pixels; the sweep
         "cells": [
             "65cbf2bf",
@@ -72,7 +72,7 @@ LONG_RUNS: dict[str, dict] = {
         ],
         "keep": ["sweep_"],
         "seeds": [0, 1, 2, 3],
-        "minutes": "about 4 a seed, up to 5",
+        "minutes": "about 2 a seed, up to 3",
     },
     # chapter 7's extrapolation arms and learned table with three seeds each (the chapter
     # trains one live), over four chapter seeds
