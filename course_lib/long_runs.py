@@ -74,6 +74,17 @@ LONG_RUNS: dict[str, dict] = {
         "seeds": [0, 1, 2, 3],
         "minutes": "about 2 a seed, up to 3",
     },
+    # chapter 2's copy experiment with all six models, the parameter-count control and the
+    # Transformer included (the chapter trains the other four live), over four chapter seeds
+    "ch02_copy": {
+        "notebook": "notebooks/ch02_attention_seq2seq.ipynb",
+        "env": {"COURSE_CH02_ALL_ARMS": "1"},
+        # the six models' training; their evaluation at every length; what is recorded
+        "cells": ["c5e97249", "18cbca31", "c02rec01"],
+        "keep": ["x2_"],
+        "seeds": [0, 1, 2, 3],
+        "minutes": "about 1 a seed",
+    },
     # chapter 7's extrapolation arms and learned table with three seeds each (the chapter
     # trains one live), over four chapter seeds
     "ch07_positions": {
