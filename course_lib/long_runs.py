@@ -148,7 +148,7 @@ LONG_RUNS: dict[str, dict] = {
             "crossover",
         ],
         "seeds": [0, 1, 2, 3],
-        "minutes": "about 1.7 a seed",
+        "minutes": "about 1.7 a seed on a quiet core, 2.4 as recorded on a shared one",
     },
     # chapter 14's Cora reproduction with the paper's 10 seeds per model (the chapter trains
     # one live), under chapter seed 0
