@@ -164,7 +164,8 @@ class _FoldedAttention(torch.autograd.Function):
 
         q, k, v = (fold(x, d) for x, d in zip((q, k, v), in_dims[:3], strict=True))
         out, lse = _FoldedAttention.apply(q, k, v, is_causal)
-        return (out.unflatten(0, (info.batch_size, -1)), lse.unflatten(0, (info.batch_size, -1))), (0, 0)
+        unfold = (out.unflatten(0, (info.batch_size, -1)), lse.unflatten(0, (info.batch_size, -1)))
+        return unfold, (0, 0)  # [K, B, ...], the member dimension first
 
 
 def folded_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_p: float) -> Tensor:

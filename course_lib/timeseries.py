@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.config import TransformerConfig, check_config
 from course_lib.positional import sinusoidal_table
 from course_lib.shapes import expect_shape
-from course_lib.time_encoding import time_encoding
 from course_lib.transformer import Decoder, Encoder
 
 if TYPE_CHECKING:
@@ -382,5 +382,10 @@ class RelativeTimeBias(nn.Module):
         expect_shape("RelativeTimeBias", "t_q", t_q, [("B", None), ("T", None)])
         expect_shape("RelativeTimeBias", "t_k", t_k, [("B", t_q.shape[0]), ("S", None)])
         dt = t_q[:, :, None] - t_k[:, None, :]  # elapsed time         [B, T, S]
-        phi = time_encoding(dt, self.omega)  # Chapter 14, eq. (14.6)     [B, T, S, 2d]
-        return self.proj(phi.to(self.proj.weight.dtype)).permute(0, 3, 1, 2)  # (10.9) [B, h, T, S]
+        # a^T Phi(dt) + c, Phi = time_encoding(dt, omega) (Chapter 14, eq. (14.6)): its entries
+        # alternate cos(w_k dt) and sin(w_k dt), so a splits into a cos part and a sin part
+        angles = dt.to(self.omega.dtype).unsqueeze(-1) * self.omega  # w_k dt  [B, T, S, d]
+        a = self.proj.weight.unflatten(1, (-1, 2)) / len(self.omega) ** 0.5  # [h, d, 2]
+        cos, sin = (f(angles).to(a.dtype) for f in (torch.cos, torch.sin))
+        bias = F.linear(cos, a[..., 0]) + F.linear(sin, a[..., 1], self.proj.bias)  # (10.9)
+        return bias.permute(0, 3, 1, 2)  # [B, h, T, S]
