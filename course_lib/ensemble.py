@@ -31,8 +31,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
+from torch.nn.attention import SDPBackend
 
 from course_lib.training import Callback, Run, adamw_step, train
 
@@ -130,6 +132,7 @@ class Stacked(nn.Module):
 
 _FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _FLASH_CPU_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+_FLASH = int(SDPBackend.FLASH_ATTENTION)  # torch._fused_sdp_choice's answer for that kernel
 
 
 class _FoldedAttention(torch.autograd.Function):
@@ -158,11 +161,16 @@ class _FoldedAttention(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> Any:
-        def fold(x: Tensor, dim: int | None) -> Tensor:  # [K, B, ...] -> [K B, ...]
-            x = x.expand(info.batch_size, *x.shape) if dim is None else x.movedim(dim, 0)
-            return x.flatten(0, 1)
-
-        q, k, v = (fold(x, d) for x, d in zip((q, k, v), in_dims[:3], strict=True))
+        k_ = info.batch_size
+        q, k, v = (x.expand(k_, *x.shape) if d is None else x.movedim(d, 0)  # [K, B, ...]
+                   for x, d in zip((q, k, v), in_dims[:3], strict=True))  # fmt: skip
+        if torch._fused_sdp_choice(q[0], k[0], v[0], is_causal=is_causal) != _FLASH:
+            members = zip(q, k, v, strict=True)  # PyTorch picks another kernel: as without us
+            out = torch.stack(
+                [F.scaled_dot_product_attention(*m, is_causal=is_causal) for m in members]
+            )
+            return (out, out.new_zeros(out.shape[:-1])), (0, 0)
+        q, k, v = (x.flatten(0, 1) for x in (q, k, v))  # [K B, ...]
         out, lse = _FoldedAttention.apply(q, k, v, is_causal)
         unfold = (out.unflatten(0, (info.batch_size, -1)), lse.unflatten(0, (info.batch_size, -1)))
         return unfold, (0, 0)  # [K, B, ...], the member dimension first
@@ -175,8 +183,7 @@ def folded_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_p
     members; with dropout, that function itself (one call per member).
     """
     if dropout_p:
-        return nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p,
-                                                          is_causal=is_causal)  # fmt: skip
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal)
     return _FoldedAttention.apply(q, k, v, is_causal)[0]
 
 

@@ -308,3 +308,8 @@ def test_folded_attention_is_the_per_member_kernel_bit_for_bit(is_causal):
     assert torch.equal(
         shared_kv[2], F.scaled_dot_product_attention(q[2], k[0], v[0], is_causal=is_causal)
     )
+    tq = torch.randn(3, 5, 2, 4, 7).transpose(-1, -2)  # a last stride of 7: PyTorch's math kernel
+    loop = torch.stack([F.scaled_dot_product_attention(tq[i], k[i], v[i]) for i in range(3)])
+    assert torch.equal(
+        torch.func.vmap(lambda a, b, c: folded_attention(a, b, c, False, 0.0))(tq, k, v), loop
+    )
