@@ -1,20 +1,17 @@
 """Attention: Chapter 2's alignment scores and Chapter 3's scaled dot-product and multi-head attention.
 
-Chapter 2 (attention for seq2seq): the four classic scores, eqs. (2.4)-(2.7), the
-weights and context they give, eqs. (2.2)-(2.3), and the modules
-:class:`AdditiveAttention` and :class:`LuongAttention`; the seq2seq models that
-use them are in :mod:`course_lib.seq2seq`.  Chapter 3 (self-attention):
-:func:`scaled_dot_product_attention`, eq. (3.2), :class:`MultiHeadAttention`,
-eq. (3.6), and :func:`record_attention`.  Chapter 6 (the geometry of attention):
-:func:`cosine_attention`, eq. (6.6).  Equation numbers refer to those
-chapters; each function writes its equation beside the code and names the
-tensor shapes.
+Chapter 2 (attention for seq2seq): the four classic scores, eqs. (2.4)-(2.7), the weights
+and context they give, eqs. (2.2)-(2.3), and the modules :class:`AdditiveAttention` and
+:class:`LuongAttention`; the seq2seq models that use them are in :mod:`course_lib.seq2seq`.
+Chapter 3 (self-attention): :func:`scaled_dot_product_attention`, eq. (3.2),
+:class:`MultiHeadAttention`, eq. (3.6), and :func:`record_attention`.  Chapter 6 (the
+geometry of attention): :func:`cosine_attention`, eq. (6.6).  Equation numbers refer to
+those chapters; each function writes its equation beside the code and names the shapes.
 
-Shapes (``book/notation.md``).  ``B`` batch, ``T`` queries (target positions),
-``S`` keys and values (source positions), ``D`` model width, ``h`` heads, ``d``
-width of one head (``d_k`` for queries and keys, ``d_v`` for values where the
-two differ; Chapter 2's scores also take queries of another width, ``d_q``),
-``A`` hidden size of additive attention.
+Shapes (``book/notation.md``).  ``B`` batch, ``T`` queries (target positions), ``S`` keys
+and values (source positions), ``D`` model width, ``h`` heads, ``d`` width of one head
+(``d_k`` for queries and keys, ``d_v`` for values where the two differ; Chapter 2's scores
+also take queries of another width, ``d_q``), ``A`` hidden size of additive attention.
 
 Masks follow the library's convention, :mod:`course_lib.masks`: a boolean mask
 is True where a query may attend, a float mask is added to the scores, and a
@@ -330,14 +327,17 @@ def cosine_attention(
 def _fused_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout_p: float
 ) -> Tensor:
-    """Eq. (3.2) through ``torch.nn.functional.scaled_dot_product_attention``.
-
-    The fast path of :class:`MultiHeadAttention` when nobody needs the weights: PyTorch's
-    fused kernels never store the [B, h, T, S] weights, which makes them faster and
-    lighter than :func:`scaled_dot_product_attention`, the equation as written.  Both give
-    the same output and gradients, fully masked rows included (``tests/test_attention.py``).
-    Shapes as there: ``q`` [B, h, T, d], ``k``, ``v`` [B, h, S, d] -> [B, h, T, d].
+    """Eq. (3.2) through ``torch.nn.functional.scaled_dot_product_attention``: the fast path
+    of :class:`MultiHeadAttention` when nobody needs the weights.  PyTorch's fused kernels
+    never store the [B, h, T, S] weights, so they are faster and lighter than
+    :func:`scaled_dot_product_attention`, the equation as written; both give the same output
+    and gradients, fully masked rows included (``tests/test_attention.py``).  Shapes as
+    there: ``q`` [B, h, T, d], ``k``, ``v`` [B, h, S, d] -> [B, h, T, d].
     """
+    if q.device.type == "cpu" and torch._C._functorch.is_batchedtensor(q) and mask is None:
+        from course_lib.ensemble import folded_attention  # Stacked's K members in one call
+
+        return folded_attention(q, k, v, is_causal, dropout_p)
     if is_causal and mask is not None:  # torch takes one or the other: fold (3.4) in
         mask = merge_masks(mask, causal_mask(q.shape[-2], k.shape[-2], device=q.device))
         is_causal = False

@@ -31,8 +31,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
+from torch.nn.attention import SDPBackend
 
 from course_lib.training import Callback, Run, adamw_step, train
 
@@ -128,6 +130,63 @@ class Stacked(nn.Module):
         return f"members={self.num_members}, model={type(self._template[0]).__name__}"
 
 
+_FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_FLASH_CPU_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+_FLASH = int(SDPBackend.FLASH_ATTENTION)  # torch._fused_sdp_choice's answer for that kernel
+
+
+class _FoldedAttention(torch.autograd.Function):
+    """PyTorch's fused CPU kernel of eq. (3.2), with a vmap rule: the members in one call.
+
+    PyTorch 2.13 has no vmap rule for that kernel and runs it once per member.  It
+    computes every (batch, head) row on its own, so one call on ``[K B, h, T, d]``
+    gives the members' outputs and gradients bit for bit (``tests/test_ensemble.py``),
+    with less time spent outside the arithmetic.
+    """
+
+    @staticmethod
+    def forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> tuple[Tensor, Tensor]:
+        return _FLASH_CPU(q, k, v, 0.0, is_causal)  # output, logsumexp
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        ctx.save_for_backward(*inputs[:3], *output)
+        ctx.is_causal = inputs[3]
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _: Any) -> tuple:
+        q, k, v, out, lse = ctx.saved_tensors
+        return (*_FLASH_CPU_BACKWARD(grad, q, k, v, out, lse, 0.0, ctx.is_causal), None)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> Any:
+        k_ = info.batch_size
+        q, k, v = (x.expand(k_, *x.shape) if d is None else x.movedim(d, 0)  # [K, B, ...]
+                   for x, d in zip((q, k, v), in_dims[:3], strict=True))  # fmt: skip
+        if torch._fused_sdp_choice(q[0], k[0], v[0], is_causal=is_causal) != _FLASH:
+            members = zip(q, k, v, strict=True)  # PyTorch picks another kernel: as without us
+            out = torch.stack(
+                [F.scaled_dot_product_attention(*m, is_causal=is_causal) for m in members]
+            )
+            return (out, out.new_zeros(out.shape[:-1])), (0, 0)
+        q, k, v = (x.flatten(0, 1) for x in (q, k, v))  # [K B, ...]
+        out, lse = _FoldedAttention.apply(q, k, v, is_causal)
+        unfold = (out.unflatten(0, (info.batch_size, -1)), lse.unflatten(0, (info.batch_size, -1)))
+        return unfold, (0, 0)  # [K, B, ...], the member dimension first
+
+
+def folded_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_p: float) -> Tensor:
+    """Eq. (3.2) inside :class:`Stacked` (under ``vmap``) on the CPU, without a mask.
+
+    The kernel of ``torch.nn.functional.scaled_dot_product_attention``, called once for all
+    members; with dropout, that function itself (one call per member).
+    """
+    if dropout_p:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal)
+    return _FoldedAttention.apply(q, k, v, is_causal)[0]
+
+
 def clip_grad_norm_per_member(parameters: Sequence[Tensor], max_norm: float) -> Tensor:
     """Chapter 9, eq. (9.4), per member: scale member ``k``'s gradients by ``min(1, c / (|g_k| + eps))``.
 
@@ -161,7 +220,7 @@ class _AdamWClippedPerMember(torch.optim.AdamW):
         member_lr: Tensor | None = None,
         **kw: Any,
     ) -> None:
-        super().__init__(params, **kw)
+        super().__init__(params, foreach=True, **kw)  # the same weights as the loop, faster
         self.max_norm, self.member_lr = max_norm, member_lr
 
     @torch.no_grad()

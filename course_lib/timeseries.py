@@ -42,7 +42,6 @@ from torch import Tensor, nn
 from course_lib.config import TransformerConfig, check_config
 from course_lib.positional import sinusoidal_table
 from course_lib.shapes import expect_shape
-from course_lib.time_encoding import time_encoding
 from course_lib.transformer import Decoder, Encoder
 
 if TYPE_CHECKING:
@@ -381,6 +380,19 @@ class RelativeTimeBias(nn.Module):
     def forward(self, t_q: Tensor, t_k: Tensor) -> Tensor:
         expect_shape("RelativeTimeBias", "t_q", t_q, [("B", None), ("T", None)])
         expect_shape("RelativeTimeBias", "t_k", t_k, [("B", t_q.shape[0]), ("S", None)])
-        dt = t_q[:, :, None] - t_k[:, None, :]  # elapsed time         [B, T, S]
-        phi = time_encoding(dt, self.omega)  # Chapter 14, eq. (14.6)     [B, T, S, 2d]
-        return self.proj(phi.to(self.proj.weight.dtype)).permute(0, 3, 1, 2)  # (10.9) [B, h, T, S]
+        # beta(t_q - t_k) = a^T Phi(t_q - t_k) + c, Phi = time_encoding (Chapter 14, eq. (14.6)),
+        # whose entries alternate cos(w_k dt) and sin(w_k dt).  With cos(x - y) = cos x cos y +
+        # sin x sin y and sin(x - y) = sin x cos y - cos x sin y it is the product of a vector
+        # per query time and one per key time: no [B, T, S, 2d] encoding of every pair.
+        d = len(self.omega)
+        a = self.proj.weight.unflatten(1, (d, 2)) / d**0.5  # cos and sin read-outs  [h, d, 2]
+        a_cos, a_sin = a[:, None, :, 0], a[:, None, :, 1]  # [h, 1, d]
+
+        def cos_sin(t: Tensor) -> tuple[Tensor, Tensor]:  # [B, n] -> [B, 1, n, d] twice
+            angles = (t.double().unsqueeze(-1) * self.omega.double()).unsqueeze(1)  # float64:
+            return angles.cos().to(a.dtype), angles.sin().to(a.dtype)  # large times stay exact
+
+        (cq, sq), (ck, sk) = cos_sin(t_q), cos_sin(t_k)
+        query = torch.cat([a_cos * cq + a_sin * sq, a_cos * sq - a_sin * cq], -1)  # [B, h, T, 2d]
+        key = torch.cat([ck, sk], -1)  # [B, 1, S, 2d]
+        return query @ key.transpose(-1, -2) + self.proj.bias[:, None, None]  # (10.9) [B, h, T, S]

@@ -13,6 +13,7 @@ from course_lib.ensemble import (
     BestPerMember,
     Stacked,
     clip_grad_norm_per_member,
+    folded_attention,
     member_batches,
     train_stacked,
 )
@@ -285,3 +286,30 @@ def test_per_member_learning_rates_equal_separate_runs(method):
         assert torch.equal(p, before[n]) == (n not in trainable), n  # frozen: bit for bit
     with pytest.raises(ValueError, match="one per member"):
         train_stacked(stacked, lambda: None, _lm_loss_per_member, 1, [1e-3, 1e-3])
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_folded_attention_is_the_per_member_kernel_bit_for_bit(is_causal):
+    # Stacked folds the members into the batch of PyTorch's fused CPU kernel (one call, not
+    # K): the same outputs and gradients as the kernel run member by member, bit for bit
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 5, 2, 7, 4, requires_grad=True) for _ in range(3))  # [K, B, h, T, d]
+    grad = torch.randn(3, 5, 2, 7, 4)
+    fold = torch.func.vmap(lambda a, b, c: folded_attention(a, b, c, is_causal, 0.0))(q, k, v)
+    loop = torch.stack(
+        [F.scaled_dot_product_attention(q[i], k[i], v[i], is_causal=is_causal) for i in range(3)]
+    )
+    assert torch.equal(fold, loop)
+    grads = [torch.autograd.grad(out, (q, k, v), grad) for out in (fold, loop)]
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+    shared_kv = torch.func.vmap(  # keys and values without a member dimension (Stacked.shared)
+        lambda a: folded_attention(a, k[0], v[0], is_causal, 0.0)
+    )(q)
+    assert torch.equal(
+        shared_kv[2], F.scaled_dot_product_attention(q[2], k[0], v[0], is_causal=is_causal)
+    )
+    tq = torch.randn(3, 5, 2, 4, 7).transpose(-1, -2)  # a last stride of 7: PyTorch's math kernel
+    loop = torch.stack([F.scaled_dot_product_attention(tq[i], k[i], v[i]) for i in range(3)])
+    assert torch.equal(
+        torch.func.vmap(lambda a, b, c: folded_attention(a, b, c, False, 0.0))(tq, k, v), loop
+    )
