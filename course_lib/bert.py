@@ -187,7 +187,7 @@ class BertEncoder(nn.Module):
 
 
 def _post_norm_block_at(layer: EncoderBlock, x: Tensor, positions: Tensor, kpm: Tensor | None):
-    """A post-norm block (4.2) whose outputs are wanted at ``positions`` only (see
+    """A post-norm block (Chapter 4, (4.2)) whose outputs are wanted at ``positions`` only (see
     :meth:`BertEncoder.forward`): the queries, the residuals and the feed-forward at those
     rows, the keys and values at all.  Each output row depends on its own query row only,
     so these are the block's outputs there, without the rows nobody reads."""
@@ -204,7 +204,7 @@ def _post_norm_block_at(layer: EncoderBlock, x: Tensor, positions: Tensor, kpm: 
 def _attend_rows(attn: nn.Module, q_in: Tensor, x: Tensor, rows: Tensor, kpm: Tensor | None):
     """``attn`` (a :class:`~course_lib.attention.MultiHeadAttention`) for ``N`` single
     queries ``q_in`` [N, D], query ``n`` attending over row ``rows[n]`` of ``x`` [B, T, D]:
-    (3.1) projections, (3.2) in PyTorch's fused kernel, (3.6) concatenation and W_O."""
+    Chapter 3's (3.1) projections, (3.2) in PyTorch's fused kernel, (3.6) concatenation and W_O."""
     h, d = attn.num_heads, attn.head_dim
     w_q, w_k, w_v = attn.in_proj_weight.chunk(3)
     b_q, b_k, b_v = (None,) * 3 if attn.in_proj_bias is None else attn.in_proj_bias.chunk(3)

@@ -136,7 +136,7 @@ _FLASH = int(SDPBackend.FLASH_ATTENTION)  # torch._fused_sdp_choice's answer for
 
 
 class _FoldedAttention(torch.autograd.Function):
-    """PyTorch's fused CPU kernel of eq. (3.2), with a vmap rule: the members in one call.
+    """PyTorch's fused CPU kernel of Chapter 3's eq. (3.2), with a vmap rule: the members in one call.
 
     PyTorch 2.13 has no vmap rule for that kernel and runs it once per member.  It
     computes every (batch, head) row on its own, so one call on ``[K B, h, T, d]``
@@ -177,7 +177,7 @@ class _FoldedAttention(torch.autograd.Function):
 
 
 def folded_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_p: float) -> Tensor:
-    """Eq. (3.2) inside :class:`Stacked` (under ``vmap``) on the CPU, without a mask.
+    """Chapter 3's eq. (3.2) inside :class:`Stacked` (under ``vmap``) on the CPU, without a mask.
 
     The kernel of ``torch.nn.functional.scaled_dot_product_attention``, called once for all
     members; with dropout, that function itself (one call per member).
