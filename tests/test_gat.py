@@ -345,6 +345,28 @@ def test_initialisation_is_glorot():
         assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
 
 
+def test_edge_helpers_follow_the_inputs_device_not_the_default():
+    """to_dense_adjacency, add_self_loops and coalesce make their tensors on edge_index's
+    device: with torch's default device set elsewhere, the results are unchanged."""
+    edges = torch.tensor([[2, 0, 2, 1, 1], [0, 1, 0, 1, 3]])
+
+    def compute():
+        return (
+            gat.to_dense_adjacency(edges, 4),
+            gat.add_self_loops(edges, 4),
+            gat.coalesce(edges, 4),
+        )
+
+    expected = compute()
+    torch.set_default_device("meta")
+    try:
+        got = compute()
+    finally:
+        torch.set_default_device(None)
+    for a, b in zip(got, expected, strict=True):
+        assert a.device == b.device and torch.equal(a, b), "to_dense_adjacency: device"
+
+
 def test_edge_lists():
     edges = torch.tensor([[2, 0, 2, 1, 1], [0, 1, 0, 1, 3]])
     assert gat.coalesce(edges, 4).tolist() == [[0, 1, 1, 2], [1, 1, 3, 0]]

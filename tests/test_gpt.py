@@ -157,6 +157,23 @@ def test_qv_lora_on_the_fused_projection():
         assert torch.allclose(model(x), unmerged, atol=1e-5)
 
 
+def test_slice_lora_defaults_and_device_follow_lora_linear_and_the_weight():
+    """SliceLoRA's defaults are LoRALinear's and add_qv_lora's (r=4, alpha=8), and its
+    factors are made on the weight's device even when torch's default device is elsewhere."""
+    lora = gpt.SliceLoRA(torch.zeros(3 * 5, 5))
+    ref = gpt.LoRALinear(torch.nn.Linear(5, 5))
+    assert (lora.r, lora.scale) == (ref.lora_A.shape[0], ref.scale) == (4, 2.0)
+    assert lora.lora_A["q"].shape == (4, 5) and lora.lora_B["v"].shape == (5, 4)
+    weight = torch.zeros(3 * 4, 4, dtype=torch.float64)
+    torch.set_default_device("meta")
+    try:
+        lora = gpt.SliceLoRA(weight, r=2)
+    finally:
+        torch.set_default_device(None)
+    for p in lora.parameters():
+        assert (p.device, p.dtype) == (weight.device, weight.dtype), "SliceLoRA: factor device"
+
+
 def test_slice_lora_scale_is_alpha_over_r():
     d, r, alpha = 4, 3, 6.0
     lora = gpt.SliceLoRA(torch.zeros(3 * d, d), r=r, alpha=alpha)
