@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from transformers import ViTConfig, ViTModel
+from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
 from course_lib import vit
 from course_lib.config import TransformerConfig
@@ -64,6 +64,49 @@ def pair():
     model = model.double().eval()
     copy_from_hf(model, hf)
     return model, hf
+
+
+def test_logits_match_hugging_face_classifier():
+    """The classifier reads the CLS token (position 0), as ViTForImageClassification does:
+    logits to 1e-10 in float64 with every weight, the head's included, copied."""
+    torch.manual_seed(1)
+    config = ViTConfig(
+        hidden_size=D, num_hidden_layers=1, num_attention_heads=HEADS, intermediate_size=FF,
+        image_size=IMG, patch_size=P, num_channels=1, num_labels=5,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    hf = ViTForImageClassification(config).double().eval()
+    with torch.no_grad():
+        for param in hf.parameters():
+            param.normal_(std=0.5)
+    model = vit.ViT(CFG.replace(num_layers=1, eps=config.layer_norm_eps), IMG, P, 5).double()
+    copy_from_hf(model, hf.vit)
+    with torch.no_grad():
+        model.head.weight.copy_(hf.classifier.weight)
+        model.head.bias.copy_(hf.classifier.bias)
+        images = torch.rand(3, 1, IMG, IMG, dtype=torch.float64)
+        torch.testing.assert_close(
+            model.eval()(images), hf(pixel_values=images).logits, atol=1e-10, rtol=0
+        )
+
+
+def test_rollout_of_no_layers_is_the_identity_per_image():
+    """With no layer, nothing mixes the tokens: R = I for every image, [B, T, T]."""
+    rollout = vit.attention_rollout(torch.rand(0, 3, 2, 5, 5))
+    assert torch.equal(rollout, torch.eye(5).expand(3, 5, 5)), "attention_rollout: no layers"
+
+
+def test_image_errors_name_the_function_and_the_channels():
+    embed = vit.PatchEmbedding(3, D, P)
+    with pytest.raises(
+        ValueError, match=r"^PatchEmbedding: images must be \[B, C=3, height, width\]"
+    ):
+        embed.forward_linear(torch.rand(1, 1, IMG, IMG))
+    with pytest.raises(
+        ValueError, match=r"^permute_patches: images must be \[B, C, height, width\]"
+    ):
+        vit.permute_patches(torch.rand(1, IMG, IMG), torch.arange(16), P)
 
 
 def test_matches_hugging_face(pair):
