@@ -352,6 +352,8 @@ def test_wordpiece_options():
         assert wordpiece_tokenize("", vocab) == []
         assert wordpiece_tokenize("c", vocab) == ["c"]
         assert wordpiece_tokenize("ac", vocab, prefix="@@") == ["a", "@@c"]  # inside: prefixed
+        # a piece is never empty, even where the bare prefix is itself in the vocabulary
+        assert wordpiece_tokenize("ab", {"a", "##"}) == ["[UNK]"]
         # BERT's max_input_chars_per_word is 100: a longer word is [UNK] whole
         letters = {"a", "##a"}
         assert wordpiece_tokenize("a" * 100, letters) == ["a"] + ["##a"] * 99
