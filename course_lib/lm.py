@@ -250,7 +250,7 @@ def train_lm_seeds(
     model that cannot run under ``vmap`` (attention that must return its weights) is
     trained copy after copy instead (then without ``after_backward``), and a single model
     in :func:`train_lm`'s own loop, which pays none of ``vmap``'s overhead (for one model,
-    it doubles the step on the CPU).
+    it nearly doubles the step on the CPU).
     ``after_backward(params)`` sees the stacked parameters (name -> ``[S, ...]``,
     ``.grad`` before clipping) after each backward pass; a single model shows it its
     parameters as ``[1, ...]``.  The trained weights are copied back into ``models``.
