@@ -170,6 +170,60 @@ def _vmappable(base: nn.Module, params: dict, buffers: dict, x: Tensor) -> bool:
     return True
 
 
+class _AdamWAfterBackward(torch.optim.AdamW):
+    """AdamW for one model trained alone that first shows ``after_backward`` its gradients.
+
+    Its step runs what :func:`train_lm_seeds`'s own loop runs between the backward pass
+    and the update: ``after_backward`` sees the parameters as ``[1, ...]`` views (name ->
+    tensor, ``.grad`` before clipping), then the gradient is clipped to ``clip_norm`` (9.4)
+    as :func:`course_lib.training.train` clips it, then AdamW steps (``foreach``, as there).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        params: list[nn.Parameter],
+        after_backward: Callable[[dict[str, Tensor]], None],
+        clip_norm: float | None,
+        **kw,
+    ) -> None:
+        super().__init__(params, foreach=True, **kw)
+        names = {id(p): name for name, p in model.named_parameters()}
+        self.named = [(names[id(p)], p) for p in params]
+        self.after_backward, self.clip_norm = after_backward, clip_norm
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> float | None:
+        views = {}
+        for name, p in self.named:
+            views[name] = p.detach().unsqueeze(0)  # [1, ...], the same storage
+            views[name].grad = None if p.grad is None else p.grad.unsqueeze(0)
+        self.after_backward(views)
+        if self.clip_norm is not None:
+            nn.utils.clip_grad_norm_([p for _, p in self.named], self.clip_norm)
+        return super().step(closure)
+
+
+def _train_alone(
+    model: nn.Module,
+    data: Tensor,
+    steps: int,
+    seed: int,
+    desc: str,
+    after_backward: Callable[[dict[str, Tensor]], None] | None,
+    options: dict,
+) -> list[float]:
+    """:func:`train_lm` for one model of :func:`train_lm_seeds`, with its ``after_backward``."""
+    if after_backward is None:
+        return train_lm(model, data, steps, seed=seed, desc=desc, **options)
+    hooked = dict(options, clip_norm=None)  # clipped in the optimizer, after after_backward
+    lr, decay, clip = options["lr"], options["weight_decay"], options["clip_norm"]
+    hooked["optimizer"] = lambda params: _AdamWAfterBackward(
+        model, params, after_backward, clip, lr=lr, weight_decay=decay
+    )
+    return train_lm(model, data, steps, seed=seed, desc=desc, **hooked)
+
+
 def train_lm_seeds(
     models: Sequence[nn.Module],
     data: Tensor,
@@ -194,11 +248,12 @@ def train_lm_seeds(
     ``vmap``-ed, so a step pays one model's Python overhead, not ``S``.  AdamW is
     elementwise: one optimizer over the stacked tensors is ``S`` independent ones.  A
     model that cannot run under ``vmap`` (attention that must return its weights) is
-    trained copy after copy instead, as is a single model without ``after_backward`` (its
-    own loop keeps the fused attention that ``vmap`` lacks on the CPU).
+    trained copy after copy instead (then without ``after_backward``), and a single model
+    in :func:`train_lm`'s own loop, which pays none of ``vmap``'s overhead (for one model,
+    it nearly doubles the step on the CPU).
     ``after_backward(params)`` sees the stacked parameters (name -> ``[S, ...]``,
-    ``.grad`` before clipping) after each backward pass.  The trained weights are copied
-    back into ``models``.
+    ``.grad`` before clipping) after each backward pass; a single model shows it its
+    parameters as ``[1, ...]``.  The trained weights are copied back into ``models``.
     """
     if len(models) < 1 or len(models) != len(seeds):
         raise ValueError(
@@ -214,10 +269,11 @@ def train_lm_seeds(
     for m in (*models, base):
         m.train()
     probe = data[:2].expand(len(models), 1, 2).to(device)  # [S, 1, 2]
-    alone = len(models) == 1 and after_backward is None
+    alone = len(models) == 1
     if alone or not _vmappable(base, params, buffers, probe):  # one copy after the other
+        hook = after_backward if alone else None
         losses = [
-            train_lm(m, data, steps, seed=s, desc=f"{desc} (seed {s})", **options)
+            _train_alone(m, data, steps, s, f"{desc} (seed {s})", hook, options)
             for m, s in zip(models, seeds, strict=True)
         ]
         return torch.tensor(losses).T

@@ -81,6 +81,30 @@ def test_train_lm_seeds_sees_each_models_gradient_and_refuses_bad_input():
         lm.train_lm_seeds(models, DATA, 2, seeds=[0], block=8, progress=False)
 
 
+def test_train_lm_seeds_shows_a_single_model_its_gradient_in_train_lms_loop():
+    """One model with after_backward: train_lm's loop and weights; the hook sees [1, ...]
+    views of its parameters with the gradient before clipping (Chapter 7's row gradients)."""
+    one, ref = _models("learned", 1), _models("learned", 1)
+    seen = []
+
+    def look(params):
+        grads = [p.grad for p in params.values()]
+        seen.append(
+            (params["positions.weight"].grad.shape, torch.stack([g.norm() for g in grads]).norm())
+        )
+        assert params["positions.weight"].data_ptr() == one[0].positions.weight.data_ptr()
+
+    options = dict(block=8, batch_size=4, lr=1e-2, progress=False, clip_norm=1e-3)
+    losses = lm.train_lm_seeds(one, DATA, 5, seeds=[3], after_backward=look, **options)
+    options.pop("progress")
+    expected = lm.train_lm(ref[0], DATA, 5, seed=3, progress=False, **options)
+    assert losses[:, 0].tolist() == expected
+    for p, q in zip(one[0].parameters(), ref[0].parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert [shape for shape, _ in seen] == [torch.Size([1, 8, 16])] * 5
+    assert all(norm > 1e-3 for _, norm in seen)  # before clipping to 1e-3
+
+
 def test_token_scale_gives_the_original_balance():
     d = 64
     torch.manual_seed(0)
