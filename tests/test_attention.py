@@ -776,3 +776,35 @@ def test_mha_defaults_to_no_dropout_and_returns_weights_only_when_asked():
     with record_attention(att) as maps:
         out, weights = att(x)  # the weights are formed for the record ...
     assert weights is None and maps[""].shape == (2, 2, 3, 3)  # ... but not returned
+
+
+def test_fused_attention_under_vmap_on_the_cpu_folds_the_members_and_keeps_dropout(monkeypatch):
+    """Inside ``Stacked`` (vmap, CPU, no mask) the fast path hands all members to
+    ``ensemble.folded_attention`` in one call (the speed path of Chapter 10), with the
+    dropout rate it was given: with dropout the members' outputs change, without it they
+    are the plain kernel's."""
+    from course_lib import attention as A
+    from course_lib import ensemble
+
+    calls = []
+    real = ensemble.folded_attention
+
+    def spy(*args):
+        calls.append(args[3:])
+        return real(*args)
+
+    monkeypatch.setattr(ensemble, "folded_attention", spy)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 2, 4, 8, generator=g) for _ in range(3))  # [K, B, h, T, d]
+
+    def run(p):
+        return torch.func.vmap(
+            lambda a, b, c: A._fused_attention(a, b, c, None, True, p), randomness="different"
+        )(q, k, v)
+
+    plain = run(0.0)
+    assert calls == [(True, 0.0)], "_fused_attention: vmap on the CPU must fold the members"
+    torch.testing.assert_close(plain, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.manual_seed(0)
+    dropped = run(0.5)
+    assert calls[-1] == (True, 0.5) and not torch.allclose(dropped, plain)
