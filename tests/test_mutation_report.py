@@ -154,6 +154,10 @@ def test_status_page_renders_the_mutation_run(tmp_path):
     assert "course_lib.masks.x_causal__mutmut_1" in page
     assert "same &lt;fill&gt;" in page  # reasons are escaped
     assert "No mutation run recorded" in book._mutation_table({})
+    data["carried"] = {"gat": "0ld0ne"}
+    assert "gat: from the run at commit 0ld0ne (its code unchanged since)" in (
+        book._mutation_table(data)
+    )
 
 
 def test_status_page_and_readme_show_the_mutation_run():
@@ -161,3 +165,25 @@ def test_status_page_and_readme_show_the_mutation_run():
     readme = (ROOT / "README.md").read_text()
     assert 'mutmut run "course_lib.masks*"' in readme and "tools/mutation_report.py" in readme
     assert not (ROOT / "tests" / "mutation_check.py").exists()
+
+
+def test_previous_results_stand_for_unrun_unchanged_modules_only(tmp_path):
+    """--previous: a module this run left unrun keeps the earlier report's numbers when its
+    code is unchanged since that report's commit, and says so; a changed one stays unrun."""
+    now = report.summarise(_fake_run(tmp_path), {})  # masks run, gat not run
+    assert now["not_run"] == ["gat"]
+    gat_before = {"killed": 9, "survived": 1, "equivalent": 1, "not_run": 0, "score": 90.0}
+    previous = {
+        "commit": "abc1234",
+        "modules": {"gat": gat_before, "masks": {"score": 10.0}},
+        "survivors": {"gat": ["course_lib.gat.x_f__mutmut_2"]},
+        "equivalent": [{"mutant": "course_lib.gat.x_f__mutmut_3", "reason": "same"}],
+    }
+    changed = report.carry_over(json.loads(json.dumps(now)), previous, lambda c, m: False)
+    assert changed["not_run"] == ["gat"] and changed["carried"] == {}
+    kept = report.carry_over(now, previous, lambda commit, m: commit == "abc1234")
+    assert kept["modules"]["gat"] == gat_before and kept["not_run"] == []
+    assert kept["carried"] == {"gat": "abc1234"}
+    assert kept["survivors"]["gat"] == ["course_lib.gat.x_f__mutmut_2"]
+    assert {"mutant": "course_lib.gat.x_f__mutmut_3", "reason": "same"} in kept["equivalent"]
+    assert kept["modules"]["masks"]["score"] != 10.0  # a module run now keeps this run's numbers

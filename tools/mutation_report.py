@@ -1,6 +1,7 @@
 """Summarise a mutation run (``mutmut run``) as JSON for the status page.
 
     python tools/mutation_report.py [--mutants mutants] [--out book/mutation.json]
+                                    [--previous book/mutation.json]
 
 mutmut keeps each mutated file's results next to its copy, in
 ``mutants/<path>.py.meta`` (JSON: ``exit_code_by_key`` maps every mutant's name
@@ -174,6 +175,42 @@ def summarise(mutants: Path, equivalent: dict[str, dict]) -> dict:
     }
 
 
+def unchanged_since(commit: str, module: str, root: Path = ROOT) -> bool:
+    """True when ``course_lib/<module>.py`` is the same now as at ``commit``."""
+    path = f"course_lib/{module.replace('.', '/')}.py"
+    proc = subprocess.run(["git", "diff", "--quiet", commit, "--", path], cwd=root)
+    return proc.returncode == 0
+
+
+def carry_over(report: dict, previous: dict, unchanged=unchanged_since) -> dict:
+    """Keep ``previous``'s results for the modules this run left unrun.
+
+    A module that this run did not run at all (every mutant ``not_run``) takes its
+    counts, survivors and equivalents from the previous report, if it was run there and
+    its source has not changed since that report's commit; ``carried`` names each one
+    with the commit its numbers belong to.  A changed module stays ``not_run``."""
+    since = previous.get("commit", "")
+    carried = dict(report.get("carried", {}))
+    for name in list(report["not_run"]):
+        before = previous.get("modules", {}).get(name)
+        if not before or before.get("score") is None or not unchanged(since, name):
+            continue
+        prefix = f"course_lib.{name}."
+        report["modules"][name] = before
+        if name in previous.get("survivors", {}):
+            report["survivors"][name] = previous["survivors"][name]
+        report["equivalent"] += [
+            e for e in previous.get("equivalent", []) if e["mutant"].startswith(prefix)
+        ]
+        report["stale_equivalent"] = [
+            e for e in report["stale_equivalent"] if not e["mutant"].startswith(prefix)
+        ]
+        report["not_run"].remove(name)
+        carried[name] = previous.get("carried", {}).get(name, since)
+    report["carried"] = carried
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
@@ -181,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         "--equivalent", type=Path, default=ROOT / "tests" / "mutation_equivalent.toml"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "book" / "mutation.json")
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        help="an earlier report (book/mutation.json): its results stand for the modules "
+        "this run did not run whose code has not changed since",
+    )
     args = parser.parse_args(argv)
     if not any(args.mutants.rglob("*.py.meta")):
         print(f"no mutmut results under {args.mutants}: run `mutmut run` first", file=sys.stderr)
@@ -191,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         "commit": _commit(ROOT),
         **summarise(args.mutants, load_equivalent(args.equivalent)),
     }
+    if args.previous:
+        carry_over(report, json.loads(args.previous.read_text()))
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     for name, c in report["modules"].items():
         score = "not run" if c["score"] is None else f"{c['score']:.1f}%"

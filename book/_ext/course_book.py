@@ -408,6 +408,10 @@ def _mutation_table(data: dict) -> str:
         f"commit {esc(data.get('commit', '?'))}). Score = (killed + timeout) / (mutants run "
         "&minus; equivalent); a mutant that no test reaches counts as surviving."
         + (f" Not run yet: {esc(', '.join(not_run))}." if not_run else "")
+        + "".join(
+            f" {esc(name)}: from the run at commit {esc(commit)} (its code unchanged since)."
+            for name, commit in sorted(data.get("carried", {}).items())
+        )
         + "</p>"
     )
     cols = ("killed", "survived", "equivalent", "timeout", "no_tests", "not_run", "total")
