@@ -248,12 +248,11 @@ def train_lm_seeds(
     ``vmap``-ed, so a step pays one model's Python overhead, not ``S``.  AdamW is
     elementwise: one optimizer over the stacked tensors is ``S`` independent ones.  A
     model that cannot run under ``vmap`` (attention that must return its weights) is
-    trained copy after copy instead (then without ``after_backward``), and a single model
-    in :func:`train_lm`'s own loop, which pays none of ``vmap``'s overhead (for one model,
-    it nearly doubles the step on the CPU).
+    trained copy after copy instead (``after_backward`` is then refused), and a single
+    model in :func:`train_lm`'s own loop, without ``vmap``'s overhead.
     ``after_backward(params)`` sees the stacked parameters (name -> ``[S, ...]``,
     ``.grad`` before clipping) after each backward pass; a single model shows it its
-    parameters as ``[1, ...]``.  The trained weights are copied back into ``models``.
+    parameters as ``[1, ...]`` views (edit their ``.grad`` in place).  The trained weights are copied back into ``models``.
     """
     if len(models) < 1 or len(models) != len(seeds):
         raise ValueError(
@@ -271,9 +270,14 @@ def train_lm_seeds(
     probe = data[:2].expand(len(models), 1, 2).to(device)  # [S, 1, 2]
     alone = len(models) == 1
     if alone or not _vmappable(base, params, buffers, probe):  # one copy after the other
-        hook = after_backward if alone else None
+        if not alone and after_backward is not None:
+            raise ValueError(
+                "train_lm_seeds: after_backward needs the models to run under vmap, and these "
+                "cannot (attention that returns its weights); train them one at a time with "
+                "train_lm_seeds([model], ...) each, or leave after_backward out"
+            )
         losses = [
-            _train_alone(m, data, steps, s, f"{desc} (seed {s})", hook, options)
+            _train_alone(m, data, steps, s, f"{desc} (seed {s})", after_backward, options)
             for m, s in zip(models, seeds, strict=True)
         ]
         return torch.tensor(losses).T
@@ -293,7 +297,7 @@ def train_lm_seeds(
     for _ in trange(steps, desc=desc, disable=not progress, mininterval=0.5):
         xs, ys = zip(*(mk() for mk in make), strict=True)
         x, y = torch.stack(xs), torch.stack(ys)  #                            [S, B, T]
-        with warnings.catch_warnings():  # torch has no batched fused attention on the CPU yet
+        with warnings.catch_warnings():  # ops without a vmap batching rule fall back to a loop
             warnings.filterwarnings("ignore", message=".*batching rule.*")
             logits = vmap(forward)(params, buffers, x)  #                     [S, B, T, V]
         nll = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")

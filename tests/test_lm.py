@@ -35,7 +35,7 @@ def _models(method, n, **options):
     return out
 
 
-@pytest.mark.parametrize("method", ["sinusoidal", "t5", "rope", "shaw"])
+@pytest.mark.parametrize("method", ["sinusoidal", "learned", "none", "t5", "rope", "shaw"])
 def test_train_lm_seeds_equals_one_model_at_a_time(method):
     seeds = [3, 7]
     batched, single = _models(method, 2), _models(method, 2)
@@ -79,6 +79,21 @@ def test_train_lm_seeds_sees_each_models_gradient_and_refuses_bad_input():
     assert seen == [torch.Size([3, 8, 16])] * 2
     with pytest.raises(ValueError, match="one seed per model"):
         lm.train_lm_seeds(models, DATA, 2, seeds=[0], block=8, progress=False)
+
+
+def test_train_lm_seeds_refuses_after_backward_where_it_cannot_vmap(monkeypatch):
+    """Several models that cannot run under vmap train one after the other; a hook asked for
+    there would never see the stacked gradients, so it is refused, naming the way out."""
+    monkeypatch.setattr(lm, "_vmappable", lambda *args: False)
+    with pytest.raises(ValueError, match=r"after_backward needs the models to run under vmap"):
+        lm.train_lm_seeds(
+            _models("learned", 2), DATA, 2, seeds=[0, 1], block=8, progress=False,
+            after_backward=lambda p: None,
+        )  # fmt: skip
+    losses = lm.train_lm_seeds(
+        _models("learned", 2), DATA, 2, seeds=[0, 1], block=8, progress=False
+    )
+    assert losses.shape == (2, 2)  # without the hook: one after the other
 
 
 def test_train_lm_seeds_shows_a_single_model_its_gradient_in_train_lms_loop():
