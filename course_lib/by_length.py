@@ -59,33 +59,36 @@ class _PackedGRU(torch.autograd.Function):
         hidden = h0.shape[-1]
         h, last = h0[: active[0]], [h0[active[0] :]]  # running members; finished ones' h
         w_t, b = weight_hh.transpose(1, 2), bias_hh.unsqueeze(1)  # [K, H, 3H], [K, 1, 3H]
-        saved: list[list[Tensor]] = [[], [], [], []]  # h_{t-1}, (r, z), n_t, W_hn h + b_hn
-        states = []  # h_t of every step                                             [n, B, H]
+        # what the backward pass needs, for every packed row: h_{t-1}, r_t, z_t, and the
+        # factors that do not depend on the gradient (written step by step, small tensors)
+        prev, r_all, z_all, states, d_cand, f_r, f_z = (
+            gi.new_empty(*gi.shape[:2], hidden) for _ in range(7)
+        )  # each [R, B, H]
+        start = 0
         for g, n in zip(gi.split(active), active, strict=True):
+            i, start = slice(start, start + n), start + n
             if n < h.shape[0]:  # the members n .. are done: keep their last state
                 last.append(h[n:])
                 h = h[:n]
+            prev[i] = h
             gh = torch.baddbmm(b[:n], h, w_t[:n])  # W_h* h_{t-1} + b_h*             [n, B, 3H]
-            g_rz, g_n = g.split([2 * hidden, hidden], -1)
-            gh_rz, gh_n = gh.split([2 * hidden, hidden], -1)
-            rz = torch.sigmoid(g_rz + gh_rz)  # (1.8), (1.9)                         [n, B, 2H]
-            r, z = rz.chunk(2, -1)
+            g_r, g_z, g_n = g.split(hidden, -1)
+            gh_r, gh_z, gh_n = gh.split(hidden, -1)
+            r = torch.add(g_r, gh_r, out=r_all[i]).sigmoid_()  # (1.8)               [n, B, H]
+            z = torch.add(g_z, gh_z, out=z_all[i]).sigmoid_()  # (1.9)
             # (1.10): tanh(a) = 2 sigmoid(2a) - 1, the same function, faster on the CPU
             cand = torch.sigmoid(torch.addcmul(g_n, r, gh_n).mul_(2)).mul_(2).sub_(1)
-            for store, value in zip(saved, (h, rz, cand, gh_n), strict=True):
-                store.append(value)
-            h = torch.lerp(cand, h, z)  # (1.11): (1 - z) n + z h_{t-1}               [n, B, H]
-            states.append(h)
+            h = torch.lerp(cand, h, z, out=states[i])  # (1.11): (1 - z) n + z h_{t-1}
+            keep = 1 - z
+            # dh_t/da_t, a_t the argument of tanh in (1.10); then the sigmoids' factors
+            torch.mul(cand, cand, out=d_cand[i]).neg_().add_(1).mul_(keep)
+            torch.mul(1 - r, r, out=f_r[i]).mul_(gh_n)
+            torch.sub(prev[i], cand, out=f_z[i]).mul_(z).mul_(keep)
         last.append(h)
-        states_all = torch.cat(states)  # [R, B, H]
-        prev, rz, cand, gh_n = (torch.cat(s) for s in saved)  # [R, B, H], 2H for (r, z)
-        r, z = rz.chunk(2, -1)
-        # the backward pass's factors that do not depend on the gradient, for every row at once
-        d_cand = (1 - z) * (1 - cand * cand)  # dh_t/da_t, a_t the argument of tanh in (1.10)
-        factors = (d_cand, gh_n * r * (1 - r), (prev - cand) * z * (1 - z), r, z)
+        factors = (d_cand, f_r, f_z, r_all, z_all)
         ctx.save_for_backward(weight_hh, rows, prev, *factors)
         ctx.active = active
-        return states_all, torch.cat(last[::-1])
+        return states, torch.cat(last[::-1])
 
     @staticmethod
     def backward(ctx: Any, d_states: Tensor | None, d_last: Tensor | None) -> tuple:

@@ -53,7 +53,9 @@ def test_packed_gru_matches_the_cell_forward_and_backward(lengths):
     assert torch.allclose(states, ref_packed) and torch.allclose(last, ref_last[o])
     w1, w2 = torch.randn_like(states), torch.randn_like(last)
     ours = torch.autograd.grad((states * w1).sum() + (last * w2).sum(), (gi, h0, w_hh, b_hh))
-    ref = torch.autograd.grad((ref_packed * w1).sum() + (ref_last[o] * w2).sum(), (gi, h0, w_hh, b_hh))
+    ref = torch.autograd.grad(
+        (ref_packed * w1).sum() + (ref_last[o] * w2).sum(), (gi, h0, w_hh, b_hh)
+    )
     for a, r in zip(ours, ref, strict=True):
         assert torch.allclose(a, r, atol=1e-12)
     assert torch.autograd.gradcheck(
