@@ -7,6 +7,7 @@ implements.  Notebooks import from here and show the source with
 ==================  ==========================================================
 ``rnn``             recurrent cells and layers (Ch. 1)
 ``seq2seq``         the toy task; encoder-decoders without and with attention (Ch. 1-2)
+``by_length``       Chapter 1's models, one per sequence length, trained as one (Ch. 1)
 ``masks``           the one mask convention, masks, masked softmax (Ch. 2-3)
 ``attention``       alignment scores (Ch. 2); scaled dot-product and multi-head attention (Ch. 3)
 ``blocks``          feed-forward, encoder and decoder blocks (Ch. 4)
