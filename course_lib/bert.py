@@ -207,7 +207,7 @@ def _attend_rows(attn: nn.Module, q_in: Tensor, x: Tensor, rows: Tensor, kpm: Te
     Chapter 3's (3.1) projections, (3.2) in PyTorch's fused kernel, (3.6) concatenation and W_O."""
     h, d = attn.num_heads, attn.head_dim
     w_q, w_k, w_v = attn.in_proj_weight.chunk(3)
-    b_q, b_k, b_v = (None,) * 3 if attn.in_proj_bias is None else attn.in_proj_bias.chunk(3)
+    b_q, b_k, b_v = attn.in_proj_bias.chunk(3)  # BertEncoder's blocks all have biases, as BERT's
     q = F.linear(q_in, w_q, b_q).view(-1, h, 1, d)  #                           [N, h, 1, d]
     k = F.linear(x, w_k, b_k).unflatten(-1, (h, d)).transpose(1, 2)[rows]  #   [N, h, T, d]
     v = F.linear(x, w_v, b_v).unflatten(-1, (h, d)).transpose(1, 2)[rows]

@@ -616,3 +616,47 @@ def test_last_block_at_a_boolean_selection_with_padding():
     part, pooled = model(ids, attention_mask=pad, positions=sel)
     assert pooled is None
     torch.testing.assert_close(part, full[sel])
+
+
+def test_last_block_rows_drop_attention_weights_in_training_only(monkeypatch):
+    """The last block's attention at the read rows (_attend_rows) passes the attention's
+    dropout rate to the fused kernel in train mode, and 0 in eval mode."""
+    seen = []
+    real = bert.F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("dropout_p"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bert.F, "scaled_dot_product_attention", spy)
+    model = bert.BertEncoder(dataclasses.replace(SMALL, dropout=0.25))
+    ids = torch.randint(4, 60, (2, 7))
+    sel = torch.zeros(2, 7, dtype=torch.bool)
+    sel[:, 3] = True
+    model.train()
+    model(ids, positions=sel)
+    model.eval()
+    model(ids, positions=sel)
+    # per call: block 1 (MultiHeadAttention's fused path), then block 2 at the rows
+    assert seen == [0.25, 0.25, 0.0, 0.0], "_attend_rows: dropout_p must follow the mode"
+
+
+def test_classifier_runs_the_last_block_at_cls_only(monkeypatch):
+    """Classifier reads [CLS] only, so it asks the encoder for position 0 alone ([B, 1]
+    zeros): the same pooled vector as the full last block, without the other rows."""
+    seen = []
+    real = bert.BertEncoder.forward
+
+    def spy(self, *args, positions=None, **kwargs):
+        seen.append(positions)
+        return real(self, *args, positions=positions, **kwargs)
+
+    monkeypatch.setattr(bert.BertEncoder, "forward", spy)
+    torch.manual_seed(0)
+    clf = bert.Classifier(bert.BertEncoder(SMALL), 3).eval()
+    ids = torch.randint(4, 60, (2, 7))
+    with torch.no_grad():
+        logits = clf(ids)
+        _, pooled = clf.encoder(ids)
+    assert seen[0] is not None and torch.equal(seen[0], torch.zeros(2, 1, dtype=ids.dtype))
+    torch.testing.assert_close(logits, clf.out(pooled))
