@@ -246,7 +246,7 @@ def _expected_counts(
     """
     lat = _Lattices(counts, scores, max_len) if lattices is None else lattices
     sc = lat.piece_scores(scores, min(scores.values()) - UNK_PENALTY)
-    exp, log, log1p, inf, unk = math.exp, math.log, math.log1p, math.inf, lat.unk
+    exp, log, log1p, inf = math.exp, math.log, math.log1p, math.inf
     expected = [0.0] * len(sc)
     loglik = 0.0
     for count, ends in lat.words:
@@ -275,9 +275,8 @@ def _expected_counts(
         loglik += count * total
         for j in range(1, n + 1):
             bj = beta[j]
-            for i, k in ends[j]:
-                if k != unk:
-                    expected[k] += count * exp(alpha[i] + sc[k] + bj - total)
+            for i, k in ends[j]:  # the unknown edge's share goes to expected[unk], unread
+                expected[k] += count * exp(alpha[i] + sc[k] + bj - total)
     return {lat.pieces[k]: expected[k] for k in lat.order}, loglik
 
 
