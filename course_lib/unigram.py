@@ -19,9 +19,11 @@ overlapping vocabulary, as the tests show.
 
 from __future__ import annotations
 
+import gc
 import math
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
@@ -170,8 +172,67 @@ class UnigramTokenizer:
         return "".join(self.id_to_token[int(i)] for i in ids).replace(SPACE, " ").strip()
 
 
+class _Lattices:
+    """Every training word's lattice (:func:`_lattice`), built once and kept as the
+    vocabulary shrinks, with pieces as integer ids: the same edges in the same
+    order as a fresh :func:`_lattice`, so every sum below adds the same numbers in
+    the same order as building each lattice anew (EM and pruning rebuilt them
+    every round, most of the training time).
+
+    ``words``: ``(count, ends)`` per word, ``ends[j]`` the ``(i, id)`` of the
+    edges ending at ``j``; id ``unk = len(pieces)`` is the unknown edge.
+    ``order``: the piece ids in the order a pass over the words first meets
+    them; ``where[id]``: the words whose lattice holds the piece.
+    """
+
+    def __init__(self, counts: Mapping[str, int], scores: Mapping[str, float], max_len: int):
+        self.pieces = list(scores)
+        ids = {p: k for k, p in enumerate(self.pieces)}
+        self.unk = unk = len(self.pieces)
+        self.live = [True] * (unk + 1)
+        self.words: list[tuple[int, list[list[tuple[int, int]]]]] = []
+        self.where: dict[int, list[int]] = {}  # insertion order: first met
+        for w, c in counts.items():  # _lattice's loops, with ids
+            n = len(w)
+            ends: list[list[tuple[int, int]]] = [[] for _ in range(n + 1)]
+            for i in range(n):
+                if w[i] not in ids:
+                    ends[i + 1].append((i, unk))
+                for j in range(i + 1, min(n, i + max_len) + 1):
+                    k = ids.get(w[i:j])
+                    if k is not None:
+                        ends[j].append((i, k))
+            for e in ends:
+                for _, k in e:
+                    self.where.setdefault(k, []).append(len(self.words))
+            self.words.append((c, ends))
+        self.order = [k for k in self.where if k != unk]
+
+    def shrink(self, scores: Mapping[str, float]) -> None:
+        """Drop the edges of the pieces no longer in ``scores`` (which holds no new
+        piece and every character: no new unknown edge)."""
+        dead = [k for k, p in enumerate(self.pieces) if self.live[k] and p not in scores]
+        if any(len(self.pieces[k]) == 1 for k in dead):
+            raise ValueError("_Lattices.shrink: a character was dropped; build anew")
+        live = self.live
+        for k in dead:
+            live[k] = False
+        for x in set().union(*(self.where.get(k, ()) for k in dead)):
+            c, ends = self.words[x]
+            self.words[x] = (c, [[ik for ik in e if live[ik[1]]] for e in ends])
+        # the survivors' first edges are still first: the same order, less the dead
+        self.order = [k for k in self.order if live[k]]
+
+    def piece_scores(self, scores: Mapping[str, float], unk: float) -> list[float]:
+        """Scores by id (a dropped piece: nan, never read), the unknown edge's last."""
+        return [scores.get(p, math.nan) for p in self.pieces] + [unk]
+
+
 def _expected_counts(
-    counts: Mapping[str, int], scores: Mapping[str, float], max_len: int
+    counts: Mapping[str, int],
+    scores: Mapping[str, float],
+    max_len: int,
+    lattices: _Lattices | None = None,
 ) -> tuple[dict[str, float], float]:
     """E-step: the expected number of uses of each piece, and the corpus log-likelihood.
 
@@ -179,27 +240,44 @@ def _expected_counts(
     segmentation of ``word[:j]`` (``word[i:]``), in log space; the piece
     ``word[i:j]`` is used with probability
     ``exp(alpha[i] + log p(piece) + beta[j] - alpha[n])`` (forward-backward).
+    ``lattices``: the words' lattices under ``scores``, kept between rounds
+    (built here if not given); :func:`_logsumexp` and :func:`_logaddexp` are
+    written out in the loops, the same operations without the calls.
     """
-    expected: dict[str, float] = defaultdict(float)
+    lat = _Lattices(counts, scores, max_len) if lattices is None else lattices
+    sc = lat.piece_scores(scores, min(scores.values()) - UNK_PENALTY)
+    exp, log, log1p, inf = math.exp, math.log, math.log1p, math.inf
+    expected = [0.0] * len(sc)
     loglik = 0.0
-    unk = min(scores.values()) - UNK_PENALTY
-    for word, count in counts.items():
-        ends = _lattice(word, scores, max_len, unk)
-        n = len(word)
-        alpha = [0.0] + [-math.inf] * n
-        for j in range(1, n + 1):
-            alpha[j] = _logsumexp([alpha[i] + s for i, _, s in ends[j]])
-        beta = [-math.inf] * n + [0.0]
+    for count, ends in lat.words:
+        n = len(ends) - 1
+        alpha = [0.0] * (n + 1)
+        for j in range(1, n + 1):  # alpha[j] = _logsumexp of its edges
+            e = ends[j]
+            if len(e) == 1:  # the logsumexp of one value: the value (hi + log 1)
+                i, k = e[0]
+                alpha[j] = alpha[i] + sc[k]
+                continue
+            v = [alpha[i] + sc[k] for i, k in e]
+            hi = max(v)
+            alpha[j] = hi + log(sum([exp(x - hi) for x in v])) if hi > -inf else hi
+        beta = [-inf] * n + [0.0]
         for j in range(n, 0, -1):  # edges ending at j feed beta of their start
-            for i, _, s in ends[j]:
-                beta[i] = _logaddexp(beta[i], s + beta[j])
+            bj = beta[j]
+            for i, k in ends[j]:  # beta[i] = _logaddexp(beta[i], s + beta[j])
+                a, b = beta[i], sc[k] + bj
+                if a == -inf:
+                    beta[i] = b
+                else:
+                    hi, lo = (b, a) if b > a else (a, b)
+                    beta[i] = hi + log1p(exp(lo - hi))
         total = alpha[n]
         loglik += count * total
         for j in range(1, n + 1):
-            for i, piece, s in ends[j]:
-                if piece is not None:
-                    expected[piece] += count * math.exp(alpha[i] + s + beta[j] - total)
-    return expected, loglik
+            bj = beta[j]
+            for i, k in ends[j]:  # the unknown edge's share goes to expected[unk], unread
+                expected[k] += count * exp(alpha[i] + sc[k] + bj - total)
+    return {lat.pieces[k]: expected[k] for k in lat.order}, loglik
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -266,13 +344,34 @@ def _em_round(
     scores: Mapping[str, float],
     chars: Iterable[str],
     max_piece_length: int,
+    lattices: _Lattices | None = None,
 ) -> dict[str, float]:
     """Step 2, one EM round: expected uses of each piece (E), then ``log p`` (M)."""
-    expected, _ = _expected_counts(counts, scores, max_piece_length)
+    expected, _ = _expected_counts(counts, scores, max_piece_length, lattices)
     # a piece no segmentation uses drops out; characters always stay, with at least a
     # tiny share (an unused character's expected count can underflow to 0: log 0)
     kept = {p: e for p, e in expected.items() if e > 0}
     return _normalise({**{c: 1e-9 for c in chars}, **kept})
+
+
+def _viterbi_uses(lat: _Lattices, scores: Mapping[str, float], unk: float) -> Counter[str]:
+    """How often each piece is used in the words' Viterbi segmentations: :func:`_viterbi`
+    on every lattice of ``lat`` (the same comparisons, first found wins a tie)."""
+    sc = lat.piece_scores(scores, unk)
+    uses: Counter[int] = Counter()
+    for count, ends in lat.words:
+        n = len(ends) - 1
+        best = [0.0] + [-math.inf] * n
+        back = [(0, lat.unk)] * (n + 1)
+        for j in range(1, n + 1):
+            for i, k in ends[j]:
+                if best[i] + sc[k] > best[j]:
+                    best[j], back[j] = best[i] + sc[k], (i, k)
+        while n > 0:
+            n, k = back[n]
+            uses[k] += count
+    uses.pop(lat.unk, None)
+    return Counter({lat.pieces[k]: c for k, c in uses.items()})
 
 
 def _prune(
@@ -282,19 +381,21 @@ def _prune(
     target: int,
     shrinking_factor: float,
     max_piece_length: int,
+    lattices: _Lattices | None = None,
 ) -> dict[str, float]:
     """Step 3: keep the pieces whose removal would cost the corpus the most likelihood.
 
     The loss of a piece is its uses in the Viterbi segmentations times the drop
     in log-probability when the piece is segmented without itself; characters
     always stay.  Keeps ``max(target, shrinking_factor * len(scores))`` pieces.
+    ``lattices``: the words' lattices under ``scores`` (built here if not given).
     """
     unk = min(scores.values()) - UNK_PENALTY
-    uses: Counter[str] = Counter()
-    for w, c in counts.items():
-        for p in _viterbi(w, scores, max_piece_length, unk)[0]:
-            if p is not None:
-                uses[p] += c
+    uses = _viterbi_uses(
+        _Lattices(counts, scores, max_piece_length) if lattices is None else lattices,
+        scores,
+        unk,
+    )
     loss = {}
     for p, s in scores.items():
         if len(p) == 1:
@@ -349,15 +450,32 @@ def train_unigram(
     counts = _unigram_word_counts(text)
     chars, scores = _seed_pieces(counts, vocab_size, seed_size, max_piece_length, unk_token)  # 1.
     bar = tqdm(desc="Unigram EM + pruning", disable=not progress)
-    while True:
-        for _ in range(em_iterations):
-            scores = _em_round(counts, scores, chars, max_piece_length)  # 2.
-            bar.update(1)
-        target = vocab_size - 1  # the pieces, without unk_token
-        if len(scores) <= target:
-            break
-        scores = _prune(
-            counts, scores, len(chars), target, shrinking_factor, max_piece_length
-        )  # 3.
+    with _no_gc():  # the lattices are a million objects for the collector to walk
+        lattices = _Lattices(counts, scores, max_piece_length)  # kept, shrunk as pieces go
+        while True:
+            for _ in range(em_iterations):
+                scores = _em_round(counts, scores, chars, max_piece_length, lattices)  # 2.
+                lattices.shrink(scores)
+                bar.update(1)
+            target = vocab_size - 1  # the pieces, without unk_token
+            if len(scores) <= target:
+                break
+            scores = _prune(
+                counts, scores, len(chars), target, shrinking_factor, max_piece_length, lattices
+            )  # 3.
+            lattices.shrink(scores)
     bar.close()
     return UnigramTokenizer(scores, unk_token)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused, then restored: training makes no cycles,
+    and each collection would walk every list and tuple of the lattices again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -403,3 +403,77 @@ def test_viterbi_loop_ends():
     """The fastest test of Viterbi (mutmut runs the fastest test first), under the alarm."""
     with deadline(5):
         assert U._viterbi("ab", {"a": -1.0, "b": -2.0, "ab": -2.5}, 2, -20.0) == (["ab"], -2.5)
+
+
+# ---------------------------------------------------------------------------
+# the lattices kept across rounds: the same numbers as lattices built anew
+# ---------------------------------------------------------------------------
+
+
+def _rebuilt_uses(counts, scores, max_len):
+    """Viterbi uses the way training counted them before the lattices were kept."""
+    unk = min(scores.values()) - U.UNK_PENALTY
+    uses = Counter()
+    for w, c in counts.items():
+        for p in U._viterbi(w, scores, max_len, unk)[0]:
+            if p is not None:
+                uses[p] += c
+    return uses
+
+
+def test_kept_lattices_give_what_fresh_lattices_give():
+    """train_unigram builds each word's lattice once and drops the edges of pruned pieces;
+    every E-step and every pruning must see exactly what a lattice built anew from the
+    current scores gives: the same expected counts in the same order, bit for bit (the
+    same sums in the same order), and the same Viterbi uses."""
+    counts = U._unigram_word_counts(_corpus()[0][:10_000])
+    chars, scores = U._seed_pieces(counts, 150, None, 8, "<unk>")
+    kept = U._Lattices(counts, scores, 8)
+    for _ in range(4):  # four rounds of EM, EM, prune
+        for _ in range(2):
+            got = U._expected_counts(counts, scores, 8, kept)
+            want = U._expected_counts(counts, scores, 8)
+            assert list(got[0].items()) == list(want[0].items()) and got[1] == want[1]
+            scores = U._em_round(counts, scores, chars, 8, kept)
+            kept.shrink(scores)
+        uses = U._viterbi_uses(kept, scores, min(scores.values()) - U.UNK_PENALTY)
+        assert uses == _rebuilt_uses(counts, scores, 8)
+        pruned = U._prune(counts, scores, len(chars), 149, 0.75, 8, kept)
+        assert pruned == U._prune(counts, scores, len(chars), 149, 0.75, 8)
+        scores = pruned
+        kept.shrink(scores)
+        fresh = U._Lattices(counts, scores, 8)
+        # the ids differ (fresh numbers only the pieces left): compare the pieces
+        assert [[[(i, kept.pieces[k]) for i, k in e] for e in ends] for _, ends in kept.words] == [
+            [[(i, fresh.pieces[k]) for i, k in e] for e in ends] for _, ends in fresh.words
+        ]
+        assert [kept.pieces[k] for k in kept.order] == [fresh.pieces[k] for k in fresh.order]
+
+
+def test_kept_lattices_unknown_edges_and_unused_pieces():
+    """An unknown character keeps its edge; a piece in no word can be dropped; dropping a
+    character would need new unknown edges, so shrink refuses it."""
+    scores = {"a": -1.0, "b": -2.0, "ab": -1.5, "cc": -3.0}
+    kept = U._Lattices({"axab": 2}, scores, 2)
+    assert [
+        [(i, kept.pieces[k] if k != kept.unk else None) for i, k in e] for e in kept.words[0][1]
+    ] == [[], [(0, "a")], [(1, None)], [(2, "a")], [(2, "ab"), (3, "b")]]
+    assert [kept.pieces[k] for k in kept.order] == ["a", "ab", "b"]  # as first met
+    fewer = {"a": -1.0, "b": -2.0, "ab": -1.5}
+    kept.shrink(fewer)  # "cc" is in no lattice
+    assert U._expected_counts({"axab": 2}, fewer, 2, kept) == U._expected_counts(
+        {"axab": 2}, fewer, 2
+    )
+    kept.shrink({"a": -1.0, "b": -2.0})
+    assert kept.words[0][1][4] == [(3, kept.pieces.index("b"))]
+    with pytest.raises(ValueError, match="a character was dropped; build anew"):
+        kept.shrink({"a": -1.0})
+
+
+def test_train_unigram_vocabulary_unchanged_by_kept_lattices():
+    """The 500 pieces learned from the test corpus, as the trainer that rebuilt every
+    lattice each round learned them (course_lib 0.7.0): sha256 of the sorted pieces."""
+    import hashlib
+
+    pieces = "\n".join(sorted(_our_unigram().scores))
+    assert hashlib.sha256(pieces.encode()).hexdigest()[:16] == "861b57a1ad1fb348"
