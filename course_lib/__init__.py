@@ -58,7 +58,7 @@ from course_lib.runtime import (
 )
 from course_lib.show import html_table, max_diff, moving_average, show_source
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 __all__ = [
     "get_device",
