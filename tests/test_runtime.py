@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 
 import nbformat
 import pytest
@@ -169,3 +170,39 @@ def test_status_page_shows_every_chapter_in_colabs_runtime():
         "`COLAB_ALL_CHAPTERS=1 COLAB_TIMES=book/colab_run.json pytest tests/test_colab.py`"
     )
     assert "Python 3.13" in data["hardware"] and "CPU cores" in data["hardware"]
+
+
+GUIDE_RANGE = {  # the instructor guide's sentence on chapter times, in each edition
+    "book/instructor_guide.md": (
+        r"from about (\d+) seconds \(chapters? ([\d, and]+)\) to about (\d+) seconds "
+        r"\(chapters? ([\d, and]+)\)"
+    ),
+    "i18n/pt/book/instructor_guide.md": (
+        r"de cerca de (\d+) segundos \(capítulos? ([\d, e]+)\) a cerca de (\d+) segundos "
+        r"\(capítulos? ([\d, e]+)\)"
+    ),
+}
+
+
+@pytest.mark.parametrize("page", sorted(GUIDE_RANGE))
+def test_instructor_guide_quotes_the_recorded_colab_times(page):
+    """The guide's fastest and slowest chapters, and their times to the second, are those
+    of book/colab_run.json (chapters within a second of the extreme are named with it)."""
+    data = json.loads((ROOT / "book/colab_run.json").read_text())
+    times = {
+        int(path.split("/ch")[1][:2]): seconds
+        for path, seconds in data["notebooks"].items()
+        if path.startswith("notebooks/ch")
+    }
+    text = " ".join((ROOT / page).read_text().split())
+    found = re.search(GUIDE_RANGE[page], text)
+    assert found, f"{page}: the sentence giving the range of chapter times is missing"
+    lo, lo_chapters, hi, hi_chapters = found.groups()
+    fastest, slowest = min(times.values()), max(times.values())
+
+    def named(chapters: str) -> set[int]:
+        return {int(n) for n in re.findall(r"\d+", chapters)}
+
+    assert abs(int(lo) - fastest) <= 1 and abs(int(hi) - slowest) <= 1, (page, lo, hi)
+    assert named(lo_chapters) == {c for c, t in times.items() if t < fastest + 1}, page
+    assert named(hi_chapters) == {c for c, t in times.items() if t > slowest - 1}, page
