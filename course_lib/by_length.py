@@ -3,21 +3,25 @@
 Chapter 1 trains the GRU encoder-decoder of eqs. (1.13)-(1.15),
 :class:`course_lib.seq2seq.Seq2Seq`, on the copy task at several lengths ``T``: one
 model per length, with the same initial weights, the same training budget and the
-same random stream of batches.  Trained one after the other, such small models spend
-most of their time in Python and in launching small operations, not in arithmetic.
-Here the ``K`` models are the members of one :class:`course_lib.ensemble.Stacked`
-model and train together with :func:`course_lib.ensemble.train_stacked` (AdamW and
+same random stream of batches.  Here the ``K`` models are the members of one
+:class:`course_lib.ensemble.Stacked` model and train together with :func:`course_lib.ensemble.train_stacked` (AdamW and
 gradient clipping per member), member ``k`` on its own length ``lengths[k]`` and its
-own batches: the weights are those of ``K`` separate :func:`course_lib.training.train`
-runs on the same batches, to float32 rounding (``tests/test_by_length.py``).
+own batches.  Each update is the one that ``K`` separate
+:func:`course_lib.training.train` runs on the same batches would make (tested to 1e-5
+over 4 steps at toy sizes, ``tests/test_by_length.py``); over hundreds of steps the
+rounding differences grow, so one seed's accuracies after training can differ from
+those of separate runs by a few points.  The motivation was time: Chapter 1's
+training cell took about 51 s with seven separate runs and about 22 s as one stacked
+model (measured once, back to back, on one loaded core of a 2-core AMD EPYC).
 
 The members' sequences have different lengths, so they do not fit in one tensor
 ``[K, B, T]``.  The time steps are *packed*, as ``torch.nn.utils.rnn.PackedSequence``
 packs the sequences of one batch: with the members ordered from the longest length
 to the shortest, step ``t`` holds the rows of the members still running
 (``T_k > t``), a prefix of that order, and the rows of all steps are concatenated,
-``R = sum_k T_k`` rows of ``B`` sequences each.  No step is computed for a member
-that has finished, so the arithmetic is that of the separate runs.
+``R = sum_k T_k`` rows of ``B`` sequences each.  Each member's last state is its
+own (taken at its own last step), and no work goes to padding; the values equal the
+separate runs' to float32 rounding.
 
 * :class:`CopyByLength`: the batches of the ``K`` members (``next_batch``) and their
   losses, one per member (``loss``), the two functions :func:`train_stacked` takes.
@@ -57,7 +61,7 @@ class _PackedGRU(torch.autograd.Function):
     def forward(ctx: Any, gi: Tensor, h0: Tensor, weight_hh: Tensor, bias_hh: Tensor,
                 rows: Tensor, active: tuple[int, ...]) -> tuple[Tensor, Tensor]:  # fmt: skip
         hidden = h0.shape[-1]
-        h, last = h0[: active[0]], [h0[active[0] :]]  # running members; finished ones' h
+        h, last = h0, []  # the running members' states; the finished members' last states
         w_t, b = weight_hh.transpose(1, 2), bias_hh.unsqueeze(1)  # [K, H, 3H], [K, 1, 3H]
         # what the backward pass needs, for every packed row: h_{t-1}, r_t, z_t, and the
         # factors that do not depend on the gradient (written step by step, small tensors)
@@ -76,7 +80,8 @@ class _PackedGRU(torch.autograd.Function):
             gh_r, gh_z, gh_n = gh.split(hidden, -1)
             r = torch.add(g_r, gh_r, out=r_all[i]).sigmoid_()  # (1.8)               [n, B, H]
             z = torch.add(g_z, gh_z, out=z_all[i]).sigmoid_()  # (1.9)
-            # (1.10): tanh(a) = 2 sigmoid(2a) - 1, the same function, faster on the CPU
+            # (1.10): tanh(a) = 2 sigmoid(2a) - 1, equal in exact arithmetic (within 2e-7
+            # in float32; tests/test_by_length.py checks the states against rnn.gru_cell)
             cand = torch.sigmoid(torch.addcmul(g_n, r, gh_n).mul_(2)).mul_(2).sub_(1)
             h = torch.lerp(cand, h, z, out=states[i])  # (1.11): (1 - z) n + z h_{t-1}
             keep = 1 - z
@@ -91,17 +96,18 @@ class _PackedGRU(torch.autograd.Function):
         return states, torch.cat(last[::-1])
 
     @staticmethod
-    def backward(ctx: Any, d_states: Tensor | None, d_last: Tensor | None) -> tuple:
+    def backward(ctx: Any, d_states: Tensor, d_last: Tensor) -> tuple:
+        # autograd materialises unused outputs' gradients as zeros: neither is ever None
         weight_hh, rows, prev, d_cand, f_r, f_z, r, z = ctx.saved_tensors
         k, hidden = weight_hh.shape[0], prev.shape[-1]
-        dh = prev.new_zeros(k, *prev.shape[1:]) if d_last is None else d_last.clone()  # [K, B, H]
+        dh = d_last.clone()  # dL/dh of each member's last state, then of earlier ones [K, B, H]
         starts = torch.tensor((0, *ctx.active)).cumsum(0).tolist()
         d_gh = prev.new_empty(*prev.shape[:2], 3 * hidden)  # dL/d(W_h* h + b_h*)   [R, B, 3H]
         d_r, d_z, d_n = d_gh.split(hidden, -1)
         d_a = torch.empty_like(prev)  # dL/da_t, the input side's (1.10) block        [R, B, H]
         for t in reversed(range(len(ctx.active))):
             n, i = ctx.active[t], slice(starts[t], starts[t + 1])
-            d = dh[:n] if d_states is None else dh[:n] + d_states[i]  # dL/dh_t     [n, B, H]
+            d = dh[:n] + d_states[i]  # dL/dh_t                                     [n, B, H]
             torch.mul(d, d_cand[i], out=d_a[i])
             torch.mul(d_a[i], f_r[i], out=d_r[i])  # through (1.10) and the sigmoid of (1.8)
             torch.mul(d, f_z[i], out=d_z[i])  # through (1.11) and the sigmoid of (1.9)
@@ -131,9 +137,10 @@ class CopyByLength:
       as :func:`course_lib.seq2seq.seq2seq_loss`, shape [K]; ``history`` keeps them
       (detached), one tensor [K] per call.
 
-    ``train_stacked(model, task.next_batch, task.loss, steps, lr)`` then trains the
-    ``K`` models as ``K`` separate ``train(model_k, ..., seq2seq_loss, steps, lr)`` runs
-    would; ``model.member(k)`` is model ``k``, an ordinary ``Seq2Seq``.
+    ``train_stacked(model, task.next_batch, task.loss, steps, lr)`` then makes, at each
+    step, the update that ``K`` separate ``train(model_k, ..., seq2seq_loss, steps, lr)``
+    runs would make (to float32 rounding, which grows over many steps);
+    ``model.member(k)`` is model ``k``, an ordinary ``Seq2Seq``.
     """
 
     def __init__(
@@ -192,7 +199,7 @@ class CopyByLength:
 
         def gru_inputs(emb: Tensor, symbols: Tensor, gru: str) -> Tensor:
             # W_i* E[x] + b_i* depends on the symbol only: one row per symbol and member,
-            # then a lookup (the same numbers as the product at every position)
+            # then a lookup (equal, up to rounding, to the product at every position)
             table = torch.baddbmm(p[f"{gru}.bias_ih_l0"].unsqueeze(1), emb,
                                   p[f"{gru}.weight_ih_l0"].transpose(1, 2))  # [K, V, 3H]  # fmt: skip
             index = (symbols + member[:, None] * emb.shape[1]).flatten()  # [R B]

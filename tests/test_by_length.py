@@ -29,32 +29,59 @@ def _reference(gi, h0, w_hh, b_hh, lengths):
     return states, torch.stack(last)
 
 
-@pytest.mark.parametrize("lengths", [[6, 4, 4, 1], [3], [2, 5, 1, 5]])
-def test_packed_gru_matches_the_cell_forward_and_backward(lengths):
-    torch.manual_seed(0)
-    k, t_max, b, h = len(lengths), max(lengths), 3, 5
+def _packing(lengths):
+    """The members' order (longest first), the rows per step, the packed mask [T, K], each row's member."""
+    k, t_max = len(lengths), max(lengths)
     order = sorted(range(k), key=lambda m: -lengths[m])
     by_order = [lengths[m] for m in order]
     active = tuple(sum(length > t for length in by_order) for t in range(t_max))
     keep = torch.arange(t_max)[:, None] < torch.tensor(by_order)
-    rows = torch.arange(k).expand(t_max, k)[keep]
-    f64 = {"dtype": torch.float64}
-    gi = torch.randn(k, t_max, b, 3 * h, **f64, requires_grad=True)
-    h0 = torch.randn(k, b, h, **f64, requires_grad=True)
-    w_hh = torch.randn(k, 3 * h, h, **f64, requires_grad=True)
-    b_hh = torch.randn(k, 3 * h, **f64, requires_grad=True)
-    packed_gi = gi[order].transpose(0, 1)[keep]  # [R, B, 3H]
+    return order, active, keep, torch.arange(k).expand(t_max, k)[keep]
+
+
+def _inputs(lengths, dtype):
+    """Random gi [K, T, B, 3H], h0 [K, B, H], weight_hh [K, 3H, H], bias_hh [K, 3H] (B = 3, H = 5)."""
+    k, t_max, b, h = len(lengths), max(lengths), 3, 5
+    shapes = [(k, t_max, b, 3 * h), (k, b, h), (k, 3 * h, h), (k, 3 * h)]
+    return [torch.randn(s, dtype=dtype, requires_grad=True) for s in shapes]
+
+
+def _packed_and_reference(lengths, gi, h0, w_hh, b_hh):
+    """_PackedGRU's (states, last) and the step-by-step reference's, packed the same way."""
+    order, active, keep, rows = _packing(lengths)
     o = torch.tensor(order)
+    packed_gi = gi[order].transpose(0, 1)[keep]  # [R, B, 3H]
     states, last = _PackedGRU.apply(packed_gi, h0[o], w_hh[o], b_hh[o], rows, active)
     ref_states, ref_last = _reference(gi, h0, w_hh, b_hh, lengths)
+    pad = max(lengths)
     ref_packed = torch.stack(
-        [F.pad(ref_states[m], (0, 0, 0, 0, 0, t_max - lengths[m])) for m in order], 1
+        [F.pad(ref_states[m], (0, 0, 0, 0, 0, pad - lengths[m])) for m in order], 1
     )[keep]
-    assert torch.allclose(states, ref_packed) and torch.allclose(last, ref_last[o])
+    return (states, last), (ref_packed, ref_last[o])
+
+
+@pytest.mark.parametrize("lengths", [[6, 4, 4, 1], [3], [2, 5, 1, 5]])
+def test_packed_gru_forward_in_float32_is_the_cell_to_rounding(lengths):
+    # (1.10)'s tanh is computed as 2 sigmoid(2a) - 1: equal in exact arithmetic, not bit for bit
+    torch.manual_seed(0)
+    ours, ref = _packed_and_reference(lengths, *_inputs(lengths, torch.float32))
+    for a, r in zip(ours, ref, strict=True):
+        assert a.dtype == torch.float32 and torch.allclose(a, r, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("lengths", [[6, 4, 4, 1], [3], [2, 5, 1, 5]])
+def test_packed_gru_matches_the_cell_forward_and_backward(lengths):
+    torch.manual_seed(0)
+    order, active, keep, rows = _packing(lengths)
+    o = torch.tensor(order)
+    gi, h0, w_hh, b_hh = _inputs(lengths, torch.float64)
+    packed_gi = gi[order].transpose(0, 1)[keep]  # [R, B, 3H]
+    (states, last), (ref_packed, ref_last_o) = _packed_and_reference(lengths, gi, h0, w_hh, b_hh)
+    assert torch.allclose(states, ref_packed) and torch.allclose(last, ref_last_o)
     w1, w2 = torch.randn_like(states), torch.randn_like(last)
     ours = torch.autograd.grad((states * w1).sum() + (last * w2).sum(), (gi, h0, w_hh, b_hh))
     ref = torch.autograd.grad(
-        (ref_packed * w1).sum() + (ref_last[o] * w2).sum(), (gi, h0, w_hh, b_hh)
+        (ref_packed * w1).sum() + (ref_last_o * w2).sum(), (gi, h0, w_hh, b_hh)
     )
     for a, r in zip(ours, ref, strict=True):
         assert torch.allclose(a, r, atol=1e-12)

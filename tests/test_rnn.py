@@ -333,3 +333,17 @@ def test_input_jacobian_norms_reject_bad_input_with_a_clear_message():
     seq_first = nn.GRU(D, H)  # batch_first=False: outputs are [T, B, H]
     with pytest.raises(ValueError, match=r"batch_first=True"):
         input_jacobian_norms(seq_first, torch.randn(3, 6, D))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_layer_built_under_a_seed_has_torchs_parameters_under_that_seed(kind):
+    # the same draws in the same order: Chapter 1's gradient measurement relies on it
+    ours_cls, _, torch_cls, _, _ = KINDS[kind]
+    torch.manual_seed(3)
+    ours = ours_cls(16, 32)
+    torch.manual_seed(3)
+    ref = torch_cls(16, 32, batch_first=True)
+    names = [n for n, _ in ref.named_parameters()]
+    assert [n for n, _ in ours.named_parameters()] == names
+    for (name, a), b in zip(ours.named_parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b), name
