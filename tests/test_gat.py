@@ -567,3 +567,36 @@ def test_parameters_are_named_and_shaped_as_pygs():
     ):
         shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
         assert shapes == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+
+
+def test_gat_on_a_receptive_field_returns_the_targets_logits_only(graph):
+    """GAT(..., num_targets=(T_1, T_2)) on a receptive field's per-layer edges: logits
+    [T_2, K], those of the whole graph at the asked-for nodes."""
+    from course_lib import gat_training
+
+    x, edges = graph
+    model = gat.GAT(F_IN, 3, hidden=4, heads=2, dropout=0.0).eval()
+    mask = torch.zeros(N, dtype=torch.bool)
+    mask[[1, 4]] = True
+    field = gat_training.receptive_field(edges, mask)
+    with torch.no_grad():
+        full = model(x, edges)
+        rows = []  # the first layer, too, computes only the nodes the second one reads
+        model.conv1.register_forward_hook(lambda module, args, out: rows.append(out.shape[0]))
+        part = model(x[field.nodes], field.edges, num_targets=field.num_targets)
+    assert rows == [field.num_targets[0]] < [len(field.nodes)], "GAT.forward: conv1's rows"
+    assert part.shape == (2, 3), "GAT.forward: the logits of the targets only"
+    torch.testing.assert_close(part, full[field.nodes[:2]], atol=1e-6, rtol=1e-5)
+
+
+def test_num_targets_is_checked_by_every_edge_helper():
+    """num_targets = n: every edge must end at one of the first n nodes (n = 0 with no
+    edge is allowed); add_self_loops and the layers refuse an edge that ends beyond."""
+    edges = torch.tensor([[0, 2], [1, 3]])
+    empty = torch.zeros(2, 0, dtype=torch.long)
+    assert gat.add_self_loops(empty, 3, num_targets=0).shape == (2, 0)
+    with pytest.raises(ValueError, match=r"^add_self_loops: num_targets=2 must be at most 4"):
+        gat.add_self_loops(edges, 4, num_targets=2)
+    layer = gat.GATLayer(2, 2)
+    with pytest.raises(ValueError, match=r"^GATLayer: num_targets=2 must be at most 4"):
+        layer(torch.randn(4, 2), edges, num_targets=2)
