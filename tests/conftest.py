@@ -66,6 +66,17 @@ def load_tool(name: str):
 
 
 @contextmanager
+def default_device(device: str):
+    """torch's default device set to ``device`` inside the block: tensors a function makes
+    must follow its inputs' device, not this default (``"meta"`` makes a slip visible)."""
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+
+
+@contextmanager
 def deadline(seconds: float):
     """Fail, instead of hanging, if the block runs longer than ``seconds`` (wall clock):
     for loops that must end on tiny inputs in microseconds (a mutant that loops forever

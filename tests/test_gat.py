@@ -9,6 +9,7 @@ import torch
 from torch_geometric.nn import GATConv, GATv2Conv, GCNConv
 
 from course_lib import gat, sparse
+from tests.conftest import default_device
 
 N, F_IN = 7, 5
 
@@ -358,11 +359,8 @@ def test_edge_helpers_follow_the_inputs_device_not_the_default():
         )
 
     expected = compute()
-    torch.set_default_device("meta")
-    try:
+    with default_device("meta"):
         got = compute()
-    finally:
-        torch.set_default_device(None)
     for a, b in zip(got, expected, strict=True):
         assert a.device == b.device and torch.equal(a, b), "to_dense_adjacency: device"
 

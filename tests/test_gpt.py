@@ -15,6 +15,7 @@ from transformers import GPT2Config, GPT2Model
 
 from course_lib import gpt, lm, params
 from course_lib.config import TransformerConfig
+from tests.conftest import default_device
 
 
 def small_gpt(seed=0):
@@ -165,11 +166,8 @@ def test_slice_lora_defaults_and_device_follow_lora_linear_and_the_weight():
     assert (lora.r, lora.scale) == (ref.lora_A.shape[0], ref.scale) == (4, 2.0)
     assert lora.lora_A["q"].shape == (4, 5) and lora.lora_B["v"].shape == (5, 4)
     weight = torch.zeros(3 * 4, 4, dtype=torch.float64)
-    torch.set_default_device("meta")
-    try:
+    with default_device("meta"):
         lora = gpt.SliceLoRA(weight, r=2)
-    finally:
-        torch.set_default_device(None)
     for p in lora.parameters():
         assert (p.device, p.dtype) == (weight.device, weight.dtype), "SliceLoRA: factor device"
 

@@ -18,6 +18,7 @@ import torch
 from course_lib import relative as R
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.positional import sinusoidal_frequencies
+from tests.conftest import default_device
 
 OFFSETS = torch.arange(-300, 301)
 
@@ -532,11 +533,8 @@ def test_results_follow_the_inputs_not_the_default_device_or_dtype():
         )
 
     expected = compute()
-    torch.set_default_device("meta")
-    try:
+    with default_device("meta"):
         got = compute()
-    finally:
-        torch.set_default_device(None)
     for a, b in zip(got, expected, strict=True):
         assert a.device == b.device and torch.equal(a, b)
     default = torch.get_default_dtype()
