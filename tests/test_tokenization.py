@@ -380,9 +380,7 @@ def test_word_characters_from_a_fresh_pattern():
 
     from course_lib import tokenization
 
-    text = (
-        "a\u0301b ٣٤x Ⅻy snake_case a\u200db\u200cc xⒶⓩ🄰🅉🅐🅩🅰🆉y ½ x² ① «q» \x1c\x1f\u00a0\u2028\u3000z"
-    )
+    text = "a\u0301b ٣٤x Ⅻy snake_case a\u200db\u200cc xⒶⓩ🄰🅉🅐🅩🅰🆉y ½ x² ① «q» \x1c\x1f\u00a0\u2028\u3000z"
     tokenization.word_pattern.cache_clear()
     try:
         ours = pre_tokenize(text)
